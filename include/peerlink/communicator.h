@@ -1,0 +1,76 @@
+// One communicator per process: meets the other ranks of `unique_id` on this node through POSIX SHM
+// (any start order), then moves bytes between their buffers.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "peerlink/options.h"
+#include "peerlink/request.h"
+
+namespace peerlink {
+
+namespace detail { class CommImpl; }
+
+// Counters for tests and diagnostics (IPC cache behaviour, which paths carried traffic).
+struct CommStats {
+  uint64_t exports = 0;       // allocations exported (once per allocation)
+  uint64_t opens = 0;         // peer allocations mapped (once per peer allocation)
+  uint64_t closes = 0;        // mappings closed
+  uint64_t sends_done_seq = 0;
+  uint64_t sends_ring = 0;
+  uint64_t sends_relay = 0;
+};
+
+class Communicator {
+ public:
+  // Collective: every rank of the job must construct its communicator (any order, within timeout).
+  Communicator(std::string unique_id, int rank, int world_size, int device,
+               Options opts = Options::from_env());
+  ~Communicator();  // clean teardown: joins workers, closes mappings, unlinks what it created
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int world_size() const;
+  int device() const;  // kHostDevice (-1) for the host-memory backend
+  const Options& options() const;
+  const std::string& unique_id() const;
+
+  // Exportable memory of this communicator's device (POSIX SHM on the host backend).
+  void* alloc(size_t bytes);
+  void free(void* p);
+
+  // Receiver: publish [ptr, ptr+len) as buffer `buf_id` for `peer` at `version` (> 0).
+  // Publishing the same (ptr, len, version) again writes nothing.
+  void notify_ipc_buffer(int peer, uint32_t buf_id, void* ptr, size_t len, uint64_t version);
+  // Sender: wait until `peer` published `buf_id` at >= min_version, and open the mapping ahead.
+  void wait_ipc_buffer(int peer, uint32_t buf_id, uint64_t min_version);
+
+  // version > 0: direct (or relay) path into the published buffer at `offset`; version must equal
+  // the published one. version == 0: per-message handshake with the peer's matching irecv.
+  Request isend(int peer, const void* src, size_t len, uint32_t buf_id, size_t offset,
+                uint64_t version);
+  void send_direct(int peer, const void* src, size_t len, uint32_t buf_id, uint64_t version,
+                   size_t offset = 0);
+  // Completes when the next matching send from `peer` has landed in [buf_id + offset, +len).
+  Request irecv(int peer, uint32_t buf_id, size_t offset, size_t len);
+
+  void barrier();
+  // Explicit teardown (the destructor calls it); every later call throws InvalidArgument.
+  void close();
+  bool closed() const;
+
+  // What the pair (this rank, peer) uses after setup: for tests, logs and benchmarks.
+  Path path_to(int peer) const;
+  Completion completion_with(int peer) const;
+  CommStats stats() const;
+
+  detail::CommImpl& impl();  // for layers above the transport (collectives, Python)
+
+ private:
+  std::unique_ptr<detail::CommImpl> impl_;
+};
+
+}  // namespace peerlink

@@ -1,0 +1,59 @@
+// Per-communicator configuration. Resolved when a communicator is created (never cached in statics),
+// so tests can inject any value per communicator.
+#pragma once
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+namespace peerlink {
+
+constexpr int kHostDevice = -1;  // device index of the host-memory backend (POSIX SHM)
+
+// How a send's completion reaches the receiver.
+enum class Completion {
+  Auto,     // done_seq channel when it becomes ready, else the SHM ring with per-message ACK
+  DoneSeq,  // done_seq channel; failure to set it up is an error
+  Ring,     // legacy SHM ring with per-message ACK
+};
+
+// Which data path a pair uses.
+enum class Path {
+  Auto,    // topology policy (direct when peer-to-peer is allowed, relay otherwise)
+  Direct,  // sender copies straight into the receiver's published buffer
+  Relay,   // staged through a pinned host SHM ring
+};
+
+enum class LogLevel { None, Warn, Info, Trace };
+
+struct Options {
+  std::chrono::milliseconds timeout{60000};  // bound of every wait (PEERLINK_TIMEOUT_MS)
+  Completion completion = Completion::Auto;  // PEERLINK_COMPLETION=auto|done_seq|ring
+  Path path = Path::Auto;                    // PEERLINK_TRANSPORT=auto|direct|relay
+  bool p2p_disable = false;                  // PEERLINK_P2P_DISABLE=1: relay for every GPU pair
+  std::string p2p_level;                     // PEERLINK_P2P_LEVEL (topology policy), "" = default
+  std::string topo_file;                     // PEERLINK_TOPO_FILE (NCCL topology XML)
+  std::string allreduce_algo;                // PEERLINK_ALLREDUCE_ALGO, "" = by size
+  LogLevel log_level = LogLevel::Warn;       // PEERLINK_DEBUG=WARN|INFO|TRACE
+
+  // How long the lower rank of a pair waits for the higher rank to open the done_seq channel before
+  // both switch that pair to the ring path (PEERLINK_CHANNEL_READY_MS).
+  std::chrono::milliseconds channel_ready_timeout{5000};
+  // Relay staging ring geometry per ordered pair (PEERLINK_RELAY_CHUNK_BYTES, PEERLINK_RELAY_SLOTS).
+  size_t relay_chunk_bytes = size_t(4) << 20;
+  int relay_slots = 4;
+  // Messages at or above this size are striped over several copy streams (GPU only).
+  size_t stripe_threshold = size_t(8) << 20;
+  int stripe_streams = 4;
+  // Fault injection for tests: the higher rank of every pair never opens the done_seq channel
+  // (PEERLINK_TEST_CHANNEL_NEVER_READY=1), exercising the ring fallback.
+  bool test_channel_never_ready = false;
+
+  // Reads every PEERLINK_* variable; unset variables keep the defaults above.
+  // Throws InvalidArgument naming the variable and value when one cannot be parsed.
+  static Options from_env();
+};
+
+const char* to_string(Completion c);
+const char* to_string(Path p);
+
+}  // namespace peerlink

@@ -1,0 +1,12 @@
+// Umbrella header of peerlink.
+#pragma once
+#include "peerlink/errors.h"
+#include "peerlink/options.h"
+#include "peerlink/request.h"
+#include "peerlink/communicator.h"
+#if __has_include("peerlink/collectives.h")
+#include "peerlink/collectives.h"
+#endif
+#if __has_include("peerlink/topology.h")
+#include "peerlink/topology.h"
+#endif

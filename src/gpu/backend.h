@@ -1,0 +1,69 @@
+// Memory backends: where exportable memory comes from, how it is shared with another process, and
+// how bytes are copied. Two siblings implement one interface: DeviceBackend (CUDA/HIP through the
+// shim in runtime.h) and HostBackend (POSIX SHM + memcpy), so everything above is backend-agnostic.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "gpu/runtime.h"
+
+namespace peerlink::gpu {
+
+enum class HandleKind : uint32_t { None = 0, HostShm = 1, DeviceIpc = 2 };
+
+// What travels through SHM to let a peer map an allocation. Plain data: readers must validate.
+struct MemHandle {
+  HandleKind kind = HandleKind::None;
+  int32_t owner_pid = 0;
+  uint64_t owner_start = 0;   // owner's start time (same-process detection, liveness)
+  uint64_t alloc_id = 0;      // unique per allocation within the owner process
+  uint64_t alloc_bytes = 0;   // size of the whole allocation
+  uint64_t owner_base = 0;    // base address in the owner process
+  unsigned char data[64] = {};  // HostShm: NUL-terminated segment name; DeviceIpc: runtime handle
+};
+
+struct AllocRange {
+  char* base = nullptr;
+  size_t bytes = 0;
+  uint64_t alloc_id = 0;
+};
+
+// An ordered queue of copies (a stream on GPUs). Tickets complete in order.
+class CopyQueue {
+ public:
+  virtual ~CopyQueue() = default;
+  // Enqueues dst <- src; striped over the queue's lanes when `stripe` is set. Returns a ticket.
+  virtual uint64_t copy(void* dst, const void* src, size_t bytes, bool stripe) = 0;
+  virtual bool done(uint64_t ticket) = 0;  // throws on a device error
+  virtual void wait_all() = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual bool is_host() const = 0;
+  virtual int device() const = 0;
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void free(void* p) = 0;  // InvalidArgument when p is not from alloc()
+  // The allocation that contains [p, p+len). InvalidArgument when there is none (host memory not
+  // from alloc on the host backend), UnsupportedError when it exists but cannot be exported.
+  virtual AllocRange find_allocation(const void* p, size_t len) = 0;
+  virtual MemHandle export_allocation(const AllocRange& r) = 0;
+  // Maps a peer's allocation; returns its base in this process.
+  virtual void* open(const MemHandle& h) = 0;
+  virtual void close(const MemHandle& h, void* base) = 0;
+  // A new copy queue with `lanes` parallel lanes (streams) for striping large copies.
+  virtual std::unique_ptr<CopyQueue> make_queue(int lanes) = 0;
+  // Pins host memory shared with peers (relay staging) for fast device copies; no-op on host.
+  virtual void pin(void* p, size_t bytes) = 0;
+  virtual void unpin(void* p) = 0;
+  // Synchronous copy (tests, setup, host reference paths).
+  virtual void copy_sync(void* dst, const void* src, size_t bytes) = 0;
+};
+
+// device == -1: host backend with segments named `shm_prefix` + "m<n>"; else the GPU `device`.
+std::unique_ptr<Backend> make_backend(int device, const std::string& shm_prefix);
+
+}  // namespace peerlink::gpu

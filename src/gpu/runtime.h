@@ -1,0 +1,56 @@
+// The GPU shim: the only interface through which peerlink reaches CUDA or HIP. One implementation
+// (runtime_gpu.cpp) is compiled against CUDA or HIP; runtime_none.cpp serves host-only builds.
+// Nothing above src/gpu/ includes a CUDA or HIP header.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace peerlink::gpu {
+
+const char* runtime_name();  // "cuda", "hip" or "none"
+bool compiled_with_gpu();
+int device_count();          // 0 when no driver or no device: never throws
+void set_device(int dev);
+int current_device();
+std::string pci_bus_id(int dev);  // "0000:3b:00.0"
+bool can_access_peer(int dev, int peer);
+// 1 when the two devices are linked by NVLink/xGMI as far as the runtime tells; -1 unknown.
+int p2p_link_hint(int dev, int peer);
+
+void* device_malloc(size_t bytes);
+void device_free(void* p);
+
+struct AddressRange {
+  void* base = nullptr;
+  size_t size = 0;
+};
+bool is_device_pointer(const void* p);
+// Base and size of the allocation containing p; throws InvalidArgument for non-device memory.
+AddressRange address_range(const void* p);
+// False for memory that the legacy IPC API cannot export (VMM / expandable segments).
+bool ipc_capable(const void* p);
+
+constexpr size_t kIpcHandleBytes = 64;
+void ipc_get_handle(void* base, unsigned char out[kIpcHandleBytes]);
+void* ipc_open(const unsigned char handle[kIpcHandleBytes]);
+void ipc_close(void* p);
+
+using Stream = void*;
+using Event = void*;
+Stream stream_create();  // non-blocking stream
+void stream_destroy(Stream s);
+void stream_sync(Stream s);
+Event event_create();    // timing disabled
+void event_destroy(Event e);
+void event_record(Event e, Stream s);
+bool event_query(Event e);  // true when complete; throws on a sticky error
+void stream_wait_event(Stream s, Event e);
+void memcpy_async(void* dst, const void* src, size_t bytes, Stream s);
+void memcpy_sync(void* dst, const void* src, size_t bytes);
+void memset_sync(void* dst, int value, size_t bytes);
+
+void host_register(void* p, size_t bytes);  // pin (page-lock) host memory, e.g. a relay ring
+void host_unregister(void* p);
+
+}  // namespace peerlink::gpu

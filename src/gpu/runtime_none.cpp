@@ -1,0 +1,43 @@
+// Host-only build: no GPU runtime. Every device call is an UnsupportedError; pinning is a no-op.
+#include "gpu/runtime.h"
+
+#include "peerlink/errors.h"
+
+namespace peerlink::gpu {
+namespace {
+[[noreturn]] void no_gpu(const char* what) {
+  throw UnsupportedError(std::string(what) + ": peerlink was built without CUDA or HIP");
+}
+}  // namespace
+
+const char* runtime_name() { return "none"; }
+bool compiled_with_gpu() { return false; }
+int device_count() { return 0; }
+void set_device(int) { no_gpu("set_device"); }
+int current_device() { return -1; }
+std::string pci_bus_id(int) { no_gpu("pci_bus_id"); }
+bool can_access_peer(int, int) { return false; }
+int p2p_link_hint(int, int) { return -1; }
+void* device_malloc(size_t) { no_gpu("device_malloc"); }
+void device_free(void*) {}
+bool is_device_pointer(const void*) { return false; }
+AddressRange address_range(const void*) { no_gpu("address_range"); }
+bool ipc_capable(const void*) { return false; }
+void ipc_get_handle(void*, unsigned char*) { no_gpu("ipc_get_handle"); }
+void* ipc_open(const unsigned char*) { no_gpu("ipc_open"); }
+void ipc_close(void*) {}
+Stream stream_create() { no_gpu("stream_create"); }
+void stream_destroy(Stream) {}
+void stream_sync(Stream) {}
+Event event_create() { no_gpu("event_create"); }
+void event_destroy(Event) {}
+void event_record(Event, Stream) { no_gpu("event_record"); }
+bool event_query(Event) { return true; }
+void stream_wait_event(Stream, Event) {}
+void memcpy_async(void*, const void*, size_t, Stream) { no_gpu("memcpy_async"); }
+void memcpy_sync(void*, const void*, size_t) { no_gpu("memcpy_sync"); }
+void memset_sync(void*, int, size_t) { no_gpu("memset_sync"); }
+void host_register(void*, size_t) {}
+void host_unregister(void*) {}
+
+}  // namespace peerlink::gpu
