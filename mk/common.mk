@@ -1,7 +1,7 @@
 # Rules shared by every backend. Sources are found by directory so that adding a file needs no edit.
 SAN ?=
 OPT ?= -O2 -g
-CXXFLAGS_BASE := -std=c++17 $(OPT) -fPIC -Wall -Wextra -Wno-unused-parameter -Iinclude -Isrc $(SAN)
+CXXFLAGS_BASE := -std=c++17 $(OPT) -fPIC -Wall -Wextra -Wno-unused-parameter -Iinclude -Isrc -Itests $(SAN)
 CXXFLAGS_ALL = $(CXXFLAGS_BASE) $(BACKEND_CXXFLAGS) $(EXTRA_CXXFLAGS)
 LDFLAGS_ALL = $(SAN) -pthread
 LIB := $(BUILD)/lib/libpeerlink.so

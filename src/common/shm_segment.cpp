@@ -1,6 +1,8 @@
 #include "common/shm_segment.h"
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
@@ -15,6 +17,7 @@
 namespace peerlink::common {
 namespace {
 
+struct LiveOwner { int pid; };
 const char* kShmDir = "/dev/shm/";
 
 std::string path_of(const std::string& name) { return kShmDir + name; }
@@ -76,8 +79,7 @@ bool replace_stale(const std::string& name, const std::string& tmp_path) {
       SegmentHeader h{};
       int fd = ::open(path_of(name).c_str(), O_RDONLY | O_CLOEXEC);
       if (fd >= 0) { (void)!pread(fd, &h, sizeof h, 0); ::close(fd); }
-      throw Error(cat("SHM segment ", name, " is in use by live pid ", h.owner_pid,
-                      " (same unique id used twice at once?)"));
+      throw LiveOwner{h.owner_pid};
     }
   }
   ::close(old_fd);
@@ -123,6 +125,19 @@ bool Segment::owner_alive() const { return valid() && header_owner_alive(header(
 
 Segment Segment::create(const std::string& name, size_t payload_bytes, uint64_t tag,
                         const std::function<void(void*)>& init) {
+  Segment s = try_create(name, payload_bytes, tag, init);
+  if (!s.valid()) {
+    SegmentHeader h{};
+    int fd = ::open(path_of(name).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) { (void)!pread(fd, &h, sizeof h, 0); ::close(fd); }
+    throw Error(cat("SHM segment ", name, " is in use by live pid ", h.owner_pid,
+                    " (the same unique id used by two jobs at once?)"));
+  }
+  return s;
+}
+
+Segment Segment::try_create(const std::string& name, size_t payload_bytes, uint64_t tag,
+                            const std::function<void(void*)>& init) {
   if (name.empty() || name.size() > 200 || name.find('/') != std::string::npos)
     throw InvalidArgument(cat("invalid SHM segment name '", name, "'"));
   ProcId me = self_proc_id();
@@ -171,7 +186,12 @@ Segment Segment::create(const std::string& name, size_t payload_bytes, uint64_t 
         return s;
       }
       if (errno != EEXIST) throw Error(cat("cannot publish SHM segment ", name, ": ", errno_text(errno)));
-      if (replace_stale(name, tmp)) return s;  // rename consumed tmp
+      try {
+        if (replace_stale(name, tmp)) return s;  // rename consumed tmp
+      } catch (const LiveOwner&) {
+        ::unlink(tmp.c_str());
+        return Segment();
+      }
     }
     throw Error(cat("SHM segment ", name, " keeps reappearing; giving up"));
   } catch (...) {

@@ -42,6 +42,10 @@ class Segment {
   // live process makes this throw Error naming the name and the pid.
   static Segment create(const std::string& name, size_t payload_bytes, uint64_t tag,
                         const std::function<void(void*)>& init = nullptr);
+  // Like create(), but returns an empty Segment (instead of throwing) when a live process already
+  // owns a segment of that name: rendezvous uses it to join rather than create.
+  static Segment try_create(const std::string& name, size_t payload_bytes, uint64_t tag,
+                            const std::function<void(void*)>& init = nullptr);
   // Opens `name`; returns an empty Segment when it does not exist. Throws Error when the file is
   // not a valid peerlink segment (bad magic, truncated: the size it holds is checked).
   static Segment open(const std::string& name);

@@ -30,6 +30,8 @@ bool is_device_pointer(const void* p);
 AddressRange address_range(const void* p);
 // False for memory that the legacy IPC API cannot export (VMM / expandable segments).
 bool ipc_capable(const void* p);
+// Runtime-unique id of the allocation holding p (never reused within the process), 0 if unknown.
+uint64_t buffer_id(const void* p);
 
 constexpr size_t kIpcHandleBytes = 64;
 void ipc_get_handle(void* base, unsigned char out[kIpcHandleBytes]);
@@ -53,4 +55,31 @@ void memset_sync(void* dst, int value, size_t bytes);
 void host_register(void* p, size_t bytes);  // pin (page-lock) host memory, e.g. a relay ring
 void host_unregister(void* p);
 
+}  // namespace peerlink::gpu
+
+// ---- benchmarks support ----
+// Graph capture of a stream, for the benchmarks' nccl-tests style -G mode. Capture is thread-local
+// (cudaStreamCaptureModeThreadLocal) so the transport's worker threads are unaffected.
+namespace peerlink::gpu {
+using GraphExec = void*;  // an instantiated, launchable graph
+void stream_begin_capture(Stream s);
+// Ends the capture and instantiates it; throws Error (capture invalidated, e.g. by a synchronizing
+// call inside) after the stream has left capture mode.
+GraphExec stream_end_capture(Stream s);
+void graph_launch(GraphExec g, Stream s);
+void graph_destroy(GraphExec g);
+}  // namespace peerlink::gpu
+
+// ---- collectives support ----
+namespace peerlink::gpu {
+// True while `s` is being captured into a graph (then nothing host-synchronous may run on it).
+bool stream_is_capturing(Stream s);
+// Pinned host memory mapped into the device address space (the device writes, the host reads
+// without any runtime call): error words of stream-ordered collectives. Zeroed.
+void* host_alloc_mapped(size_t bytes);
+void host_free_mapped(void* p);
+// Device memory for cross-GPU flags: fine-grained / uncached on HIP (peers' stores must be seen by
+// local spins), plain device memory on CUDA. Exportable with the IPC API; free with device_free.
+void* device_malloc_flags(size_t bytes);
+int multiprocessor_count(int dev);
 }  // namespace peerlink::gpu

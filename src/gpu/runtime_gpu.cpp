@@ -159,6 +159,18 @@ bool ipc_capable(const void* p) {
 #endif
 }
 
+uint64_t buffer_id(const void* p) {
+#if defined(PEERLINK_HIP)
+  (void)p;
+  return 0;
+#else
+  unsigned long long id = 0;
+  CUresult e = driver_fn<PtrAttrFn>("cuPointerGetAttribute")(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                                             reinterpret_cast<CUdeviceptr>(p));
+  return e == CUDA_SUCCESS ? static_cast<uint64_t>(id) : 0;
+#endif
+}
+
 void ipc_get_handle(void* base, unsigned char out[kIpcHandleBytes]) {
   RtIpcHandle h;
   CHECK(RT(IpcGetMemHandle)(&h, base));
@@ -226,4 +238,74 @@ void host_unregister(void* p) {
   if (p) (void)RT(HostUnregister)(p);
 }
 
+}  // namespace peerlink::gpu
+
+// ---- benchmarks support ----
+namespace peerlink::gpu {
+void stream_begin_capture(Stream s) {
+  CHECK(RT(StreamBeginCapture)(static_cast<RT(Stream_t)>(s), RT(StreamCaptureModeThreadLocal)));
+}
+GraphExec stream_end_capture(Stream s) {
+  RT(Graph_t) graph = nullptr;
+  RtError e = RT(StreamEndCapture)(static_cast<RT(Stream_t)>(s), &graph);
+  if (e != RT_SUCCESS) {
+    if (graph) (void)RT(GraphDestroy)(graph);
+    check(e, "StreamEndCapture");
+  }
+  RT(GraphExec_t) exec = nullptr;
+  e = RT(GraphInstantiateWithFlags)(&exec, graph, 0);
+  (void)RT(GraphDestroy)(graph);  // the executable graph keeps what it needs
+  check(e, "GraphInstantiateWithFlags");
+  return exec;
+}
+void graph_launch(GraphExec g, Stream s) {
+  CHECK(RT(GraphLaunch)(static_cast<RT(GraphExec_t)>(g), static_cast<RT(Stream_t)>(s)));
+}
+void graph_destroy(GraphExec g) {
+  if (g) (void)RT(GraphExecDestroy)(static_cast<RT(GraphExec_t)>(g));
+}
+}  // namespace peerlink::gpu
+
+// ---- collectives support ----
+namespace peerlink::gpu {
+bool stream_is_capturing(Stream s) {
+  RT(StreamCaptureStatus) st = RT(StreamCaptureStatusNone);
+  CHECK(RT(StreamIsCapturing)(static_cast<RT(Stream_t)>(s), &st));
+  return st != RT(StreamCaptureStatusNone);
+}
+void* host_alloc_mapped(size_t bytes) {
+  void* p = nullptr;
+#if defined(PEERLINK_HIP)
+  CHECK(hipHostMalloc(&p, bytes, hipHostMallocMapped | hipHostMallocPortable | hipHostMallocCoherent));
+#else
+  CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+#endif
+  std::memset(p, 0, bytes);
+  return p;
+}
+void host_free_mapped(void* p) {
+#if defined(PEERLINK_HIP)
+  if (p) (void)hipHostFree(p);
+#else
+  if (p) (void)cudaFreeHost(p);
+#endif
+}
+void* device_malloc_flags(size_t bytes) {
+  void* p = nullptr;
+#if defined(PEERLINK_HIP)
+#if defined(hipDeviceMallocUncached)
+  CHECK(hipExtMallocWithFlags(&p, bytes, hipDeviceMallocUncached));
+#else
+  CHECK(hipExtMallocWithFlags(&p, bytes, hipDeviceMallocFinegrained));
+#endif
+#else
+  CHECK(cudaMalloc(&p, bytes));
+#endif
+  return p;
+}
+int multiprocessor_count(int dev) {
+  int n = 0;
+  CHECK(RT(DeviceGetAttribute)(&n, RT(DevAttrMultiProcessorCount), dev));
+  return n;
+}
 }  // namespace peerlink::gpu

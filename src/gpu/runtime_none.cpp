@@ -23,6 +23,7 @@ void device_free(void*) {}
 bool is_device_pointer(const void*) { return false; }
 AddressRange address_range(const void*) { no_gpu("address_range"); }
 bool ipc_capable(const void*) { return false; }
+uint64_t buffer_id(const void*) { return 0; }
 void ipc_get_handle(void*, unsigned char*) { no_gpu("ipc_get_handle"); }
 void* ipc_open(const unsigned char*) { no_gpu("ipc_open"); }
 void ipc_close(void*) {}
@@ -40,4 +41,21 @@ void memset_sync(void*, int, size_t) { no_gpu("memset_sync"); }
 void host_register(void*, size_t) {}
 void host_unregister(void*) {}
 
+}  // namespace peerlink::gpu
+
+// ---- benchmarks support ----
+namespace peerlink::gpu {
+void stream_begin_capture(Stream) { no_gpu("stream_begin_capture"); }
+GraphExec stream_end_capture(Stream) { no_gpu("stream_end_capture"); }
+void graph_launch(GraphExec, Stream) { no_gpu("graph_launch"); }
+void graph_destroy(GraphExec) {}
+}  // namespace peerlink::gpu
+
+// ---- collectives support ----
+namespace peerlink::gpu {
+bool stream_is_capturing(Stream) { return false; }
+void* host_alloc_mapped(size_t) { no_gpu("host_alloc_mapped"); }
+void host_free_mapped(void*) {}
+void* device_malloc_flags(size_t) { no_gpu("device_malloc_flags"); }
+int multiprocessor_count(int) { return 0; }
 }  // namespace peerlink::gpu

@@ -1,0 +1,100 @@
+// Rendezvous of the ranks of one job on one node through a POSIX SHM segment named after the
+// unique id: any start order, bounded waits that name the ranks that never arrived, detection and
+// replacement of a segment left by a crashed run. After setup the segment's name is unlinked; the
+// mapping stays and carries barriers, small allgathers, doorbells and per-pair decisions.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/futex.h"
+#include "common/proc.h"
+#include "common/shm_segment.h"
+#include "shm/spsc_ring.h"
+
+namespace peerlink::bootstrap {
+
+constexpr int kMaxRanks = 64;
+constexpr size_t kAllgatherBytes = 1024;
+
+enum SlotState : uint32_t { kEmpty = 0, kJoined = 1, kLeft = 2 };
+
+struct alignas(64) RankSlot {
+  std::atomic<uint32_t> state;
+  int32_t pid;
+  uint64_t start_time;
+  int32_t device;
+  uint32_t completion_pref;  // Completion as int
+  uint64_t relay_mask;       // bit p: this rank wants relay towards rank p
+  std::atomic<uint64_t> barrier_count;
+  std::atomic<uint64_t> allgather_seq;
+  char pci_bus_id[16];
+};
+
+struct BootLayout {
+  uint32_t world_size;
+  uint32_t layout_version;
+  uint64_t nonce;
+  char pad[48];
+  RankSlot slots[kMaxRanks];
+  common::Doorbell recv_bell[kMaxRanks];   // rung when something arrives for rank r's receive side
+  common::Doorbell send_bell[kMaxRanks];   // rung when something arrives for rank r's send side
+  std::atomic<uint32_t> pair_decision[kMaxRanks * kMaxRanks];  // [lo*kMaxRanks+hi], see transport
+  char allgather[kMaxRanks][kAllgatherBytes];
+};
+
+struct JoinInfo {
+  int device = -1;
+  int completion_pref = 0;
+  uint64_t relay_mask = 0;
+  std::string pci_bus_id;
+};
+
+class Bootstrap {
+ public:
+  // Joins (creating if first) the rendezvous of `unique_id` and waits for all ranks.
+  Bootstrap(const std::string& unique_id, int rank, int world_size, const JoinInfo& info,
+            std::chrono::milliseconds timeout);
+  ~Bootstrap();
+  Bootstrap(const Bootstrap&) = delete;
+  Bootstrap& operator=(const Bootstrap&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_; }
+  uint64_t nonce() const { return layout_->nonce; }
+  // Prefix of every SHM name of this job: "pl_<id>_<hash>_<nonce>_".
+  const std::string& job_prefix() const { return job_prefix_; }
+  const std::string& id_prefix() const { return id_prefix_; }
+  BootLayout& layout() { return *layout_; }
+  const RankSlot& slot(int r) const { return layout_->slots[r]; }
+
+  // All ranks; throws TimeoutError naming the ranks that did not arrive, PeerLostError if one died.
+  void barrier(std::chrono::milliseconds timeout);
+  void allgather(const void* mine, size_t bytes, void* all, std::chrono::milliseconds timeout);
+  // Unlinks the rendezvous name once everyone has mapped it (new jobs with the same id start clean).
+  void unlink_name() { seg_.unlink(); }
+  // Alive and not left.
+  bool peer_alive(int r) const;
+  bool peer_left(int r) const;
+  // Marks this rank as gone (clean close) and rings every doorbell so peers notice promptly.
+  void leave();
+
+ private:
+  void join(const JoinInfo& info, std::chrono::milliseconds timeout);
+  void wait_all_joined(std::chrono::milliseconds timeout);
+  std::string missing_ranks(const std::vector<int>& missing) const;
+
+  int rank_;
+  int world_;
+  std::string id_prefix_;
+  std::string job_prefix_;
+  common::Segment seg_;
+  BootLayout* layout_ = nullptr;
+  uint64_t barrier_count_ = 0;
+  uint64_t allgather_count_ = 0;
+  bool left_ = false;
+};
+
+}  // namespace peerlink::bootstrap

@@ -1,0 +1,43 @@
+// The public Communicator: a thin forwarder to CommImpl.
+#include "peerlink/communicator.h"
+
+#include "transport/comm_impl.h"
+
+namespace peerlink {
+
+Communicator::Communicator(std::string unique_id, int rank, int world_size, int device, Options opts)
+    : impl_(std::make_unique<detail::CommImpl>(std::move(unique_id), rank, world_size, device, std::move(opts))) {}
+Communicator::~Communicator() = default;
+
+int Communicator::rank() const { return impl_->rank(); }
+int Communicator::world_size() const { return impl_->world_size(); }
+int Communicator::device() const { return impl_->device(); }
+const Options& Communicator::options() const { return impl_->options(); }
+const std::string& Communicator::unique_id() const { return impl_->unique_id(); }
+void* Communicator::alloc(size_t bytes) { return impl_->alloc(bytes); }
+void Communicator::free(void* p) { impl_->free(p); }
+void Communicator::notify_ipc_buffer(int peer, uint32_t buf_id, void* ptr, size_t len, uint64_t version) {
+  impl_->notify_ipc_buffer(peer, buf_id, ptr, len, version);
+}
+void Communicator::wait_ipc_buffer(int peer, uint32_t buf_id, uint64_t min_version) {
+  impl_->wait_ipc_buffer(peer, buf_id, min_version);
+}
+Request Communicator::isend(int peer, const void* src, size_t len, uint32_t buf_id, size_t offset, uint64_t version) {
+  return impl_->isend(peer, src, len, buf_id, offset, version);
+}
+void Communicator::send_direct(int peer, const void* src, size_t len, uint32_t buf_id, uint64_t version,
+                               size_t offset) {
+  impl_->isend(peer, src, len, buf_id, offset, version).wait();
+}
+Request Communicator::irecv(int peer, uint32_t buf_id, size_t offset, size_t len) {
+  return impl_->irecv(peer, buf_id, offset, len);
+}
+void Communicator::barrier() { impl_->barrier(); }
+void Communicator::close() { impl_->close(); }
+bool Communicator::closed() const { return impl_->closed(); }
+Path Communicator::path_to(int peer) const { return impl_->path_to(peer); }
+Completion Communicator::completion_with(int peer) const { return impl_->completion_with(peer); }
+CommStats Communicator::stats() const { return impl_->stats(); }
+detail::CommImpl& Communicator::impl() { return *impl_; }
+
+}  // namespace peerlink

@@ -1,0 +1,93 @@
+// IPC manager: exports each local allocation once (cached by allocation, so slices reuse it),
+// maps each peer allocation once (refcounted), binds (peer, buffer id) to the published version
+// and releases the old mapping when a newer version replaces it. Mappings still used by an
+// in-flight copy stay open until that copy completes (the op holds a reference).
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "common/proc.h"
+#include "gpu/backend.h"
+#include "transport/registry.h"
+
+namespace peerlink::detail {
+
+struct IpcCounters {
+  std::atomic<uint64_t> exports{0}, opens{0}, closes{0};
+};
+
+// One mapped peer allocation. Closing happens in the destructor, when the last user lets go.
+class Mapping {
+ public:
+  Mapping(gpu::Backend& be, IpcCounters& ctr, const gpu::MemHandle& h, char* base, bool owned)
+      : be_(be), ctr_(ctr), handle_(h), base_(base), owned_(owned) {}
+  ~Mapping();
+  char* base() const { return base_; }
+  const gpu::MemHandle& handle() const { return handle_; }
+
+ private:
+  gpu::Backend& be_;
+  IpcCounters& ctr_;
+  gpu::MemHandle handle_;
+  char* base_;
+  bool owned_;  // false in-process: the pointer belongs to the exporter
+};
+
+struct Binding {
+  uint64_t version = 0;
+  char* ptr = nullptr;  // start of the published buffer in this process
+  uint64_t len = 0;
+  std::shared_ptr<Mapping> map;
+};
+
+class IpcManager {
+ public:
+  IpcManager(gpu::Backend& be, common::ProcId self) : be_(be), self_(self) {}
+  ~IpcManager() { close_all(); }
+
+  // Exports the allocation holding [p, p+len) once; *offset = p - allocation base.
+  gpu::MemHandle export_range(const void* p, size_t len, uint64_t* offset);
+
+  // Maps a peer allocation once; in-process handles return the exporter's pointer directly
+  // (CUDA refuses to open a handle in the process that exported it).
+  std::shared_ptr<Mapping> open(int peer, const gpu::MemHandle& h);
+
+  // The binding of (peer, buf_id) for `pub`: reused when version and handle match, else the old
+  // one is released (closed once unused) and the new allocation mapped.
+  Binding bind(int peer, const Publication& pub);
+  bool bound(int peer, uint32_t buf_id, uint64_t version);
+
+  // Upper layers (collectives): refcounted open/release by handle.
+  void* acquire(int peer, const gpu::MemHandle& h);
+  void release(int peer, const gpu::MemHandle& h);
+
+  void close_all();
+  IpcCounters& counters() { return ctr_; }
+
+ private:
+  using AllocKey = std::tuple<int, int32_t, uint64_t, uint64_t>;  // peer, owner pid, owner start, alloc id
+  static AllocKey key_of(int peer, const gpu::MemHandle& h) {
+    return AllocKey{peer, h.owner_pid, h.owner_start, h.alloc_id};
+  }
+  std::shared_ptr<Mapping> open_locked(int peer, const gpu::MemHandle& h);
+
+  gpu::Backend& be_;
+  common::ProcId self_;
+  IpcCounters ctr_;
+  std::mutex mu_;
+  struct Exported {
+    gpu::MemHandle handle;
+    char* base;
+    uint64_t bytes;
+  };
+  std::map<char*, Exported> exports_;                       // by allocation base
+  std::map<AllocKey, std::weak_ptr<Mapping>> mappings_;     // open peer allocations
+  std::map<std::pair<int, uint32_t>, Binding> bindings_;    // (peer, buf_id)
+  std::map<AllocKey, std::pair<std::shared_ptr<Mapping>, int>> acquired_;  // upper-layer refs
+};
+
+}  // namespace peerlink::detail

@@ -1,0 +1,48 @@
+// The adapter workers' pacing: spin while there is work or GPU copies are in flight, then sleep on
+// the rank's doorbell (peers and local callers ring it), so an idle communicator costs no CPU.
+#pragma once
+#include <chrono>
+#include <sys/prctl.h>
+#include <thread>
+
+#include "common/futex.h"
+
+namespace peerlink::detail {
+
+class WorkerLoop {
+ public:
+  explicit WorkerLoop(common::Doorbell& bell) : bell_(bell) {
+    prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);  // short sleeps stay short
+    last_progress_ = Clock::now();
+    last_sweep_ = last_progress_;
+  }
+  uint32_t prepare() { return bell_.prepare(); }
+
+  // Liveness sweeps of peers with pending work, every 100 ms.
+  bool sweep_due() {
+    auto now = Clock::now();
+    if (now - last_sweep_ < std::chrono::milliseconds(100)) return false;
+    last_sweep_ = now;
+    return true;
+  }
+
+  // moved: progress this round; pending: work waits on peers; busy: GPU copies in flight.
+  void idle(bool moved, bool pending, bool busy, uint32_t ticket) {
+    auto now = Clock::now();
+    if (moved || busy) {  // busy: copy completion is polled, so keep polling
+      last_progress_ = now;
+      if (busy && !moved) std::this_thread::yield();
+      return;
+    }
+    if (now - last_progress_ < std::chrono::microseconds(100)) return;  // spin briefly
+    // Waiting on a peer: it rings our bell; the timeout only bounds liveness checks.
+    bell_.wait(ticket, pending ? std::chrono::milliseconds(20) : std::chrono::milliseconds(1000));
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  common::Doorbell& bell_;
+  Clock::time_point last_progress_, last_sweep_;
+};
+
+}  // namespace peerlink::detail
