@@ -1,0 +1,34 @@
+// Topology: for every GPU pair of this machine, direct peer-to-peer or relay through host memory,
+// and why. Reads the machine (sysfs, NVML, the GPU runtime, CPUID) or, when Options::topo_file
+// (PEERLINK_TOPO_FILE) is set, an NCCL topology XML. Configuration comes from Options only:
+// p2p_disable (PEERLINK_P2P_DISABLE), p2p_level (PEERLINK_P2P_LEVEL), path (PEERLINK_TRANSPORT).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "peerlink/options.h"
+
+namespace peerlink::topology {
+
+struct PairDecision {
+  int a = 0, b = 0;
+  std::string path;    // NVL, PIX, PXB, PHB, SYS (NCCL's names); LOC when a == b
+  bool direct = false; // false: relay through pinned host memory
+  std::string reason;  // the rule and the setting that decided, then how the path was found
+};
+
+// Decides for GPU devices a and b of this machine (or of opts.topo_file when set). Machine or XML
+// problems never throw: they are logged as warnings and the answer is conservative (relay).
+// Throws InvalidArgument only for an invalid opts.p2p_level. On a live machine, a pair the policy
+// allows is also checked with the runtime's peer-access answer and a small real copy with a known
+// pattern (once per process and pair; the result is cached).
+PairDecision decide_pair(const Options& opts, int dev_a, int dev_b);
+
+// Every pair a < b, with one probe of the machine.
+std::vector<PairDecision> decide_all_pairs(const Options& opts);
+
+// The GPU matrix with path, transport and reason per pair, the CPU generation and the P2P level,
+// as `peerlink-topo` prints it (for PEERLINK_DEBUG=INFO logs).
+std::string explain(const Options& opts);
+
+}  // namespace peerlink::topology

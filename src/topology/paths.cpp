@@ -1,0 +1,110 @@
+// Path names, level parsing, bus id normalization and the PCIe path classification shared by the
+// sysfs probe and the NCCL XML reader.
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+
+#include "common/log.h"
+#include "topology/system.h"
+
+namespace peerlink::topology {
+
+using common::cat;
+
+const char* path_name(PathType p) {
+  switch (p) {
+    case PathType::LOC: return "LOC";
+    case PathType::NVL: return "NVL";
+    case PathType::PIX: return "PIX";
+    case PathType::PXB: return "PXB";
+    case PathType::PHB: return "PHB";
+    case PathType::SYS: return "SYS";
+  }
+  return "SYS";
+}
+
+bool parse_level(const std::string& text, PathType* out) {
+  std::string s;
+  for (char c : text)
+    if (!std::isspace(static_cast<unsigned char>(c))) s += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  static const struct { const char* name; PathType p; } kNames[] = {
+      {"LOC", PathType::LOC}, {"NVL", PathType::NVL}, {"NVB", PathType::NVL}, {"PIX", PathType::PIX},
+      {"PXB", PathType::PXB}, {"PHB", PathType::PHB}, {"SYS", PathType::SYS}};
+  for (const auto& n : kNames)
+    if (s == n.name) { *out = n.p; return true; }
+  // NCCL's legacy numeric levels.
+  static const PathType kNumeric[] = {PathType::LOC, PathType::PIX, PathType::PXB, PathType::PHB, PathType::SYS};
+  if (s.size() == 1 && s[0] >= '0' && s[0] <= '4') { *out = kNumeric[s[0] - '0']; return true; }
+  return false;
+}
+
+bool CpuInfo::is_amd_x86() const {
+  return vendor == "AuthenticAMD" && (arch.empty() || arch == "x86_64");
+}
+
+std::string normalize_bus_id(const std::string& text) {
+  unsigned dom = 0, bus = 0, dev = 0, fn = 0;
+  char tail = 0;
+  const char* s = text.c_str();
+  // "dddd:bb:dd.f" with a domain of any width (NVML writes 8 digits), or "bb:dd.f".
+  if (std::sscanf(s, "%x:%x:%x.%x%c", &dom, &bus, &dev, &fn, &tail) == 4) {
+  } else if (std::sscanf(s, "%x:%x.%x%c", &bus, &dev, &fn, &tail) == 3) {
+    dom = 0;
+  } else {
+    return "";
+  }
+  if (dom > 0xffff || bus > 0xff || dev > 0x1f || fn > 7) return "";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.%x", dom, bus, dev, fn);
+  return buf;
+}
+
+Link pcie_link(const Gpu& a, const Gpu& b) {
+  Link l;
+  if (!a.path_known || !b.path_known || a.host_bridge.empty() || b.host_bridge.empty()) {
+    const Gpu& bad = !a.path_known || a.host_bridge.empty() ? a : b;
+    l.path = PathType::SYS;
+    l.known = false;
+    l.detail = cat("PCI location of GPU", bad.index, " (", bad.bus_id, ") unknown");
+    return l;
+  }
+  l.known = true;
+  if (a.host_bridge == b.host_bridge) {
+    // Lowest common PCI node (chains are listed closest first).
+    for (const std::string& n : a.pci_nodes) {
+      if (std::find(b.pci_nodes.begin(), b.pci_nodes.end(), n) == b.pci_nodes.end()) continue;
+      if (n == a.pci_nodes.front() && n == b.pci_nodes.front()) {
+        l.path = PathType::PIX;
+        l.detail = cat("both behind PCIe switch/bridge ", n);
+      } else {
+        l.path = PathType::PXB;
+        l.detail = cat("through several PCIe switches meeting at ", n, ", no host bridge");
+      }
+      return l;
+    }
+    l.path = PathType::PHB;
+    if (a.pci_nodes.empty() && b.pci_nodes.empty())
+      l.detail = cat("through host bridge ", a.host_bridge, ", no PCIe switch above either GPU");
+    else
+      l.detail = cat("through host bridge ", a.host_bridge);
+    return l;
+  }
+  if (a.socket >= 0 && b.socket >= 0) {
+    if (a.socket == b.socket) {
+      l.path = PathType::PHB;
+      l.detail = cat("different root complexes ", a.host_bridge, " and ", b.host_bridge, " of CPU socket ",
+                     a.socket);
+    } else {
+      l.path = PathType::SYS;
+      l.detail = cat("across CPU sockets ", a.socket, " and ", b.socket);
+    }
+    return l;
+  }
+  l.path = PathType::SYS;
+  l.detail = cat("different root complexes ", a.host_bridge, " and ", b.host_bridge,
+                 ", socket unknown: assumed across sockets");
+  return l;
+}
+
+}  // namespace peerlink::topology
