@@ -1,0 +1,300 @@
+// bench_allreduce: nccl-tests style allreduce benchmark, peerlink and NCCL side by side in the same
+// forked ranks (NCCL through dlopen, when libnccl.so.2 exists). Columns per implementation:
+// time (us per op, max over ranks), algbw = bytes / time, busbw = algbw * 2(n-1)/n, #wrong (elements
+// that differ from the exact reduction, summed over ranks, checked before and after the timed loop).
+//   bench_allreduce -b 8 -e 1G -f 2 -n 20 -w 5 -d bfloat16 -o sum --impl both [-G 1]
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/allreduce_data.h"
+#include "common/allreduce_report.h"
+#include "common/cli.h"
+#include "common/launch.h"
+#include "common/nccl_dl.h"
+#include "peerlink/peerlink.h"
+#include "transport/comm_impl.h"
+#if __has_include("peerlink/collectives.h")
+#include "peerlink/collectives.h"
+#define BENCH_HAVE_PEERLINK_ALLREDUCE 1
+// Weak, so this benchmark links against a library whose collectives are not built yet (the header
+// and the implementation land separately); run_rank reports peerlink as unavailable then.
+namespace peerlink {
+void allreduce(Communicator&, const void*, void*, size_t, DataType, ReduceOp, void*) __attribute__((weak));
+}
+#else
+#define BENCH_HAVE_PEERLINK_ALLREDUCE 0
+#endif
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Config {
+  size_t min_bytes = 8, max_bytes = size_t(32) << 20, factor = 2;
+  int iters = 20, warmup = 5, check = 1, graph = 0, nranks = 0;
+  bench::Dt dt = bench::Dt::F32;
+  bench::Op op = bench::Op::Sum;
+  bool want_peerlink = true, want_nccl = true;
+  std::vector<int> gpus;
+  std::string json;
+  int time_limit_s = 900;
+};
+
+const char* kUsage =
+    "usage: bench_allreduce [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-G 0|1]\n"
+    "  [-d float|half|bfloat16|double|int32|int64] [-o sum|prod|max|min] [-g NRANKS]\n"
+    "  [--impl peerlink|nccl|both] [--gpus D0,D1,..] [--json FILE] [--time-limit S]\n";
+
+Config parse(int argc, char** argv) {
+  Config c;
+  bench::Args a(argc, argv);
+  while (a.next()) {
+    if (a.flag("-b", "--minbytes")) c.min_bytes = bench::parse_size(a.value());
+    else if (a.flag("-e", "--maxbytes")) c.max_bytes = bench::parse_size(a.value());
+    else if (a.flag("-f", "--stepfactor")) c.factor = static_cast<size_t>(bench::parse_int("-f", a.value(), 2, 1 << 20));
+    else if (a.flag("-n", "--iters")) c.iters = static_cast<int>(bench::parse_int("-n", a.value(), 1, 1 << 24));
+    else if (a.flag("-w", "--warmup_iters")) c.warmup = static_cast<int>(bench::parse_int("-w", a.value(), 0, 1 << 24));
+    else if (a.flag("-c", "--check")) c.check = static_cast<int>(bench::parse_int("-c", a.value(), 0, 1));
+    else if (a.flag("-G", "--cudagraph")) c.graph = static_cast<int>(bench::parse_int("-G", a.value(), 0, 1 << 20)) > 0;
+    else if (a.flag("-g", "--nranks")) c.nranks = static_cast<int>(bench::parse_int("-g", a.value(), 1, 8));
+    else if (a.flag("-d", "--datatype")) {
+      try { c.dt = bench::parse_dt(a.value()); } catch (const std::invalid_argument& e) { throw bench::UsageError(e.what()); }
+    } else if (a.flag("-o", "--op")) {
+      try { c.op = bench::parse_op(a.value()); } catch (const std::invalid_argument& e) { throw bench::UsageError(e.what()); }
+    } else if (a.flag("--impl")) {
+      std::string v = a.value();
+      if (v != "peerlink" && v != "nccl" && v != "both") throw bench::UsageError("--impl '" + v + "' is not peerlink, nccl or both");
+      c.want_peerlink = v != "nccl";
+      c.want_nccl = v != "peerlink";
+    } else if (a.flag("--gpus")) c.gpus = bench::parse_int_list("--gpus", a.value());
+    else if (a.flag("--json")) c.json = a.value();
+    else if (a.flag("--time-limit")) c.time_limit_s = static_cast<int>(bench::parse_int("--time-limit", a.value(), 1, 86400));
+    else if (a.flag("-h", "--help")) {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else throw bench::UsageError("unknown flag '" + a.current() + "'");
+  }
+  return c;
+}
+
+using Impl = bench::ArImpl;
+using Row = bench::ArRow;
+
+#if BENCH_HAVE_PEERLINK_ALLREDUCE
+peerlink::DataType to_pl(bench::Dt t) {
+  using D = peerlink::DataType;
+  static const D m[] = {D::F32, D::F16, D::BF16, D::F64, D::I32, D::I64};
+  return m[static_cast<int>(t)];
+}
+peerlink::ReduceOp to_pl(bench::Op o) {
+  using R = peerlink::ReduceOp;
+  static const R m[] = {R::Sum, R::Prod, R::Max, R::Min};
+  return m[static_cast<int>(o)];
+}
+#endif
+int to_nccl(bench::Dt t) {
+  using namespace bench::nccl;
+  static const int m[] = {Float32, Float16, Bfloat16, Float64, Int32, Int64};
+  return m[static_cast<int>(t)];
+}
+int to_nccl(bench::Op o) {
+  using namespace bench::nccl;
+  static const int m[] = {Sum, Prod, Max, Min};
+  return m[static_cast<int>(o)];
+}
+
+class RankRunner {
+ public:
+  RankRunner(const Config& c, peerlink::Communicator& comm, void* stream)
+      : c_(c), comm_(comm), stream_(stream), be_(comm.impl().backend()),
+        pattern_(c.dt, c.op, comm.world_size()) {}
+
+  // Out-of-place allreduce of `count` elements with `impl`: check, time, check again.
+  Row measure(Impl& impl, size_t count, void* send, void* recv, uint64_t seed) {
+    Row row;
+    const size_t bytes = count * bench::dt_size(c_.dt);
+    const int me = comm_.rank();
+    try {
+      host_.resize(bytes);
+      pattern_.fill_input(me, seed, count, host_.data());
+      be_.copy_sync(send, host_.data(), bytes);
+      std::fill(host_.begin(), host_.end(), 0xA5);  // the receive buffer starts as garbage
+      be_.copy_sync(recv, host_.data(), bytes);
+      impl.run(send, recv, count, stream_);
+      sync();
+      if (c_.check) row.wrong += check(recv, count, seed);
+      for (int i = 0; i < c_.warmup; ++i) impl.run(send, recv, count, stream_);
+      sync();
+      peerlink::gpu::GraphExec graph = nullptr;
+      if (c_.graph) {
+        peerlink::gpu::stream_begin_capture(stream_);
+        try {
+          for (int i = 0; i < c_.iters; ++i) impl.run(send, recv, count, stream_);
+        } catch (...) {
+          try { peerlink::gpu::stream_end_capture(stream_); } catch (...) {}
+          throw;
+        }
+        graph = peerlink::gpu::stream_end_capture(stream_);
+        peerlink::gpu::graph_launch(graph, stream_);  // uploads the graph, untimed
+        sync();
+      }
+      comm_.barrier();
+      auto t0 = Clock::now();
+      if (graph) peerlink::gpu::graph_launch(graph, stream_);
+      else for (int i = 0; i < c_.iters; ++i) impl.run(send, recv, count, stream_);
+      sync();
+      row.time_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / c_.iters;
+      if (graph) peerlink::gpu::graph_destroy(graph);
+      if (c_.check) row.wrong += check(recv, count, seed);  // the timed ops rewrote the same result
+      row.ok = true;
+    } catch (const std::exception& e) {
+      row.note = e.what();
+    }
+    return row;
+  }
+
+ private:
+  void sync() {
+    if (stream_) peerlink::gpu::stream_sync(stream_);
+  }
+  uint64_t check(void* recv, size_t count, uint64_t seed) {
+    const size_t bytes = count * bench::dt_size(c_.dt);
+    host_.resize(bytes);
+    be_.copy_sync(host_.data(), recv, bytes);
+    return pattern_.count_wrong(seed, count, host_.data());
+  }
+
+  const Config& c_;
+  peerlink::Communicator& comm_;
+  void* stream_;
+  peerlink::gpu::Backend& be_;
+  bench::AllreducePattern pattern_;
+  std::vector<unsigned char> host_;
+};
+
+// NCCL joins only when every rank can: the library loads, every rank has its own GPU. Rank 0's
+// ncclUniqueId reaches the others through the peerlink bootstrap's allgather (SHM).
+void setup_nccl(peerlink::Communicator& comm, const std::vector<int>& devs, Impl& nc,
+                std::unique_ptr<bench::nccl::Library>& lib, bench::nccl::Comm& ncomm, const Config& c) {
+  const int me = comm.rank(), n = comm.world_size();
+  std::string why;
+  for (int r = 0; r < n && why.empty(); ++r) {
+    if (devs[r] < 0) why = "host backend (no GPU)";
+    for (int q = 0; q < r && why.empty(); ++q)
+      if (devs[q] == devs[r]) why = "ranks " + std::to_string(q) + " and " + std::to_string(r) + " share GPU " + std::to_string(devs[r]);
+  }
+  if (why.empty()) {
+    lib = std::make_unique<bench::nccl::Library>();
+    if (!lib->available()) why = lib->why();
+  }
+  struct Wire { int32_t ok; bench::nccl::UniqueId id; } mine{}, all[64];
+  mine.ok = why.empty() ? 1 : 0;
+  if (mine.ok && me == 0) lib->check(lib->get_unique_id(&mine.id), "ncclGetUniqueId");
+  comm.impl().allgather(&mine, sizeof mine, all);
+  for (int r = 0; r < n; ++r)
+    if (!all[r].ok && why.empty()) why = "NCCL unavailable on rank " + std::to_string(r);
+  if (!why.empty()) {
+    nc.why = why;
+    return;
+  }
+  lib->check(lib->comm_init_rank(&ncomm, n, all[0].id, me), "ncclCommInitRank");
+  nc.available = true;
+  const int dt = to_nccl(c.dt), op = to_nccl(c.op);
+  bench::nccl::Library* l = lib.get();
+  nc.run = [l, &ncomm, dt, op](const void* s, void* r, size_t count, void* st) {
+    l->check(l->all_reduce(s, r, count, dt, op, ncomm, st), "ncclAllReduce");
+  };
+  if (me == 0) std::printf("# nccl version %d (NCCL_NVLS_ENABLE=%s)\n", l->version(), std::getenv("NCCL_NVLS_ENABLE"));
+}
+
+int run_rank(const Config& c, const std::string& uid, int rank, const std::vector<int>& devs) {
+  const int n = static_cast<int>(devs.size());
+  const int dev = devs[rank];
+  peerlink::Communicator comm(uid, rank, n, dev);
+  void* stream = nullptr;
+  if (dev >= 0) {
+    peerlink::gpu::set_device(dev);
+    stream = peerlink::gpu::stream_create();
+  }
+  Impl pl, nc;
+  pl.name = "peerlink";
+  nc.name = "nccl";
+#if BENCH_HAVE_PEERLINK_ALLREDUCE
+  pl.available = c.want_peerlink && &peerlink::allreduce != nullptr;
+  pl.why = !c.want_peerlink ? "not requested" : "libpeerlink has no peerlink::allreduce yet";
+  pl.run = [&](const void* s, void* r, size_t count, void* st) {
+    peerlink::allreduce(comm, s, r, count, to_pl(c.dt), to_pl(c.op), st);
+  };
+#else
+  pl.why = "include/peerlink/collectives.h not present in this build";
+#endif
+  bench::nccl::Comm ncomm = nullptr;
+  std::unique_ptr<bench::nccl::Library> lib;
+  if (c.want_nccl) setup_nccl(comm, devs, nc, lib, ncomm, c);
+  else nc.why = "not requested";
+
+  auto sizes = bench::size_sweep(c.min_bytes, c.max_bytes, c.factor);
+  const size_t es = bench::dt_size(c.dt);
+  const size_t max_bytes = sizes.back() / es * es;
+  void* send = max_bytes ? comm.alloc(max_bytes) : nullptr;
+  void* recv = max_bytes ? comm.alloc(max_bytes) : nullptr;
+  RankRunner runner(c, comm, stream);
+  const Impl* impls[2] = {&pl, &nc};
+  bench::ArMeta meta{bench::dt_name(c.dt), bench::op_name(c.op), c.json, c.iters, c.warmup, c.graph != 0};
+  bench::ArReporter rep(comm, meta, impls);
+  for (size_t bytes : sizes) {
+    size_t count = bytes / es;
+    if (count == 0) continue;
+    Row rows[2];
+    Impl* run_impls[2] = {&pl, &nc};
+    for (int k = 0; k < 2; ++k)
+      if (run_impls[k]->available) rows[k] = runner.measure(*run_impls[k], count, send, recv, bytes * 2654435761u + k);
+    rep.add(count * es, count, rows);
+  }
+  comm.barrier();
+  if (send) comm.free(send);
+  if (recv) comm.free(recv);
+  if (ncomm) lib->comm_destroy(ncomm);
+  if (stream) peerlink::gpu::stream_destroy(stream);
+  return rep.finish();
+}
+
+std::vector<int> placement(const Config& c) {
+  if (!c.gpus.empty()) {
+    if (c.nranks && c.nranks != static_cast<int>(c.gpus.size()))
+      throw bench::UsageError("-g " + std::to_string(c.nranks) + " disagrees with --gpus (" +
+                              std::to_string(c.gpus.size()) + " devices)");
+    return c.gpus;
+  }
+  int d = bench::probe_device_count();
+  int n = c.nranks ? c.nranks : (d >= 2 ? std::min(d, 8) : 2);
+  std::vector<int> devs(n);
+  for (int r = 0; r < n; ++r) devs[r] = d > 0 ? r % d : peerlink::kHostDevice;
+  return devs;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config c;
+  try {
+    c = parse(argc, argv);
+  } catch (const bench::UsageError& e) {
+    std::fprintf(stderr, "bench_allreduce: %s\n%s", e.what(), kUsage);
+    return 1;
+  }
+  try {
+    bench::nccl::disable_nvls();
+    std::vector<int> devs = placement(c);
+    std::string uid = bench::make_unique_id("ar");
+    return bench::fork_ranks(static_cast<int>(devs.size()), [&](int r) { return run_rank(c, uid, r, devs); },
+                             std::chrono::seconds(c.time_limit_s));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_allreduce: %s\n", e.what());
+    return 1;
+  }
+}

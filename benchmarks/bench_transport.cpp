@@ -1,0 +1,184 @@
+// bench_transport: point-to-point latency and bandwidth of peerlink between two ranks, every
+// figure from a run whose payloads were verified on the receiver. Forks its own two ranks, or runs
+// as one rank of a launcher (PEERLINK_RANK / PEERLINK_WORLD_SIZE / PEERLINK_UNIQUE_ID or flags).
+//   bench_transport -b 8 -e 64M -f 2 -n 100 -w 10 --mode latency --transport direct
+//   bench_transport --demo        (what `make run` shows)
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/cli.h"
+#include "common/launch.h"
+#include "common/p2p_engine.h"
+#include "common/report.h"
+#include "peerlink/peerlink.h"
+
+namespace {
+
+struct Config {
+  bench::EngineConfig engine;
+  size_t min_bytes = 8, max_bytes = size_t(64) << 20, factor = 2;
+  std::string transport = "auto", completion = "auto";
+  std::vector<int> gpus;  // empty: default placement
+  std::string json, csv;
+  bool demo = false;
+  int timeout_ms = -1;  // -1: PEERLINK_TIMEOUT_MS or the library default
+  int time_limit_s = 600;
+  bench::LaunchIdentity id;
+};
+
+const char* kUsage =
+    "usage: bench_transport [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]\n"
+    "  [--mode latency|bandwidth|bidir] [--transport auto|direct|relay] [--completion auto|done_seq|ring]\n"
+    "  [--gpus D0,D1] [--window N] [--json FILE] [--csv FILE] [--verify-full BYTES] [--timeout-ms MS]\n"
+    "  [--time-limit S] [--rank R --world N --uid ID] [--demo]\n"
+    "Sizes take K/M/G suffixes. Devices: default GPUs 0,1 (0,0 with one GPU), else host backend -1.\n";
+
+Config parse(int argc, char** argv) {
+  Config c;
+  c.id.from_env();
+  bench::Args a(argc, argv);
+  while (a.next()) {
+    if (a.flag("-b", "--minbytes")) c.min_bytes = bench::parse_size(a.value());
+    else if (a.flag("-e", "--maxbytes")) c.max_bytes = bench::parse_size(a.value());
+    else if (a.flag("-f", "--stepfactor")) c.factor = static_cast<size_t>(bench::parse_int("-f", a.value(), 2, 1 << 20));
+    else if (a.flag("-n", "--iters")) c.engine.iters = static_cast<int>(bench::parse_int("-n", a.value(), 1, 1 << 24));
+    else if (a.flag("-w", "--warmup_iters")) c.engine.warmup = static_cast<int>(bench::parse_int("-w", a.value(), 0, 1 << 24));
+    else if (a.flag("--window")) c.engine.window = static_cast<int>(bench::parse_int("--window", a.value(), 1, 4096));
+    else if (a.flag("--mode")) {
+      std::string m = a.value();
+      if (m == "latency") c.engine.mode = bench::Mode::Latency;
+      else if (m == "bandwidth" || m == "bw") c.engine.mode = bench::Mode::Bandwidth;
+      else if (m == "bidir") c.engine.mode = bench::Mode::Bidir;
+      else throw bench::UsageError("--mode '" + m + "' is not latency, bandwidth or bidir");
+    } else if (a.flag("--transport")) c.transport = a.value();
+    else if (a.flag("--completion")) c.completion = a.value();
+    else if (a.flag("--gpus")) c.gpus = bench::parse_int_list("--gpus", a.value());
+    else if (a.flag("--json")) c.json = a.value();
+    else if (a.flag("--csv")) c.csv = a.value();
+    else if (a.flag("--verify-full")) c.engine.full_verify_limit = bench::parse_size(a.value());
+    else if (a.flag("--timeout-ms")) c.timeout_ms = static_cast<int>(bench::parse_int("--timeout-ms", a.value(), 1, 86400000));
+    else if (a.flag("--time-limit")) c.time_limit_s = static_cast<int>(bench::parse_int("--time-limit", a.value(), 1, 86400));
+    else if (a.flag("--rank")) c.id.rank = static_cast<int>(bench::parse_int("--rank", a.value(), 0, 63));
+    else if (a.flag("--world")) c.id.world_size = static_cast<int>(bench::parse_int("--world", a.value(), 1, 64));
+    else if (a.flag("--uid")) c.id.unique_id = a.value();
+    else if (a.flag("--demo")) c.demo = true;
+    else if (a.flag("-h", "--help")) {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else throw bench::UsageError("unknown flag '" + a.current() + "'");
+  }
+  if (c.transport != "auto" && c.transport != "direct" && c.transport != "relay")
+    throw bench::UsageError("--transport '" + c.transport + "' is not auto, direct or relay");
+  if (c.completion != "auto" && c.completion != "done_seq" && c.completion != "ring")
+    throw bench::UsageError("--completion '" + c.completion + "' is not auto, done_seq or ring");
+  if (c.demo) {
+    c.engine.sizes = {8, 256, 4096, 65536, size_t(1) << 20, size_t(16) << 20, size_t(64) << 20};
+    c.engine.mode = bench::Mode::Latency;
+    c.engine.iters = 20;
+    c.engine.warmup = 3;
+  } else {
+    c.engine.sizes = bench::size_sweep(c.min_bytes, c.max_bytes, c.factor);
+  }
+  c.id.validate();
+  if (c.id.launched() && c.id.world_size != 2)
+    throw bench::UsageError("bench_transport measures one pair: world size must be 2, got " +
+                            std::to_string(c.id.world_size));
+  return c;
+}
+
+peerlink::Options make_options(const Config& c) {
+  peerlink::Options o = peerlink::Options::from_env();
+  if (c.transport == "direct") o.path = peerlink::Path::Direct;
+  else if (c.transport == "relay") o.path = peerlink::Path::Relay;
+  else o.path = peerlink::Path::Auto;
+  if (c.completion == "done_seq") o.completion = peerlink::Completion::DoneSeq;
+  else if (c.completion == "ring") o.completion = peerlink::Completion::Ring;
+  else o.completion = peerlink::Completion::Auto;
+  if (c.timeout_ms > 0) o.timeout = std::chrono::milliseconds(c.timeout_ms);
+  return o;
+}
+
+// One rank's whole run; rank 0 prints and writes the results. Returns the exit code.
+int run_rank(const Config& c, const std::string& uid, int rank, int device) {
+  peerlink::Communicator comm(uid, rank, 2, device, make_options(c));
+  std::vector<bench::SizeResult> rows;
+  std::string path, completion;
+  {
+    bench::PairEngine engine(comm, c.engine);
+    path = peerlink::to_string(comm.path_to(1 - rank));
+    completion = peerlink::to_string(comm.completion_with(1 - rank));
+    rows = engine.run();
+  }
+  if (rank != 0) return 0;
+  std::vector<int> devs = c.gpus;
+  std::vector<std::pair<std::string, std::string>> meta = {
+      {"mode", bench::to_string(c.engine.mode)},
+      {"transport", path},
+      {"transport_requested", c.transport},
+      {"completion", completion},
+      {"completion_requested", c.completion},
+      {"device_rank0", std::to_string(device)},
+      {"runtime", peerlink::gpu::runtime_name()},
+      {"iters", std::to_string(c.engine.iters)},
+      {"warmup", std::to_string(c.engine.warmup)},
+      {"window", std::to_string(c.engine.mode == bench::Mode::Latency ? 1 : c.engine.window)},
+  };
+  std::printf("# bench_transport mode=%s transport=%s (requested %s) completion=%s (requested %s) "
+              "device(rank0)=%d iters=%d warmup=%d\n",
+              bench::to_string(c.engine.mode), path.c_str(), c.transport.c_str(), completion.c_str(),
+              c.completion.c_str(), device, c.engine.iters, c.engine.warmup);
+  if (c.engine.mode == bench::Mode::Latency)
+    std::printf("# latency: one-way = ping-pong round trip / 2; GB/s = size / p50 one-way\n");
+  else
+    std::printf("# %s: us per message (iteration / window); GB/s = bytes moved / p50 iteration time\n",
+                bench::to_string(c.engine.mode));
+  bench::print_table(stdout, rows);
+  if (!c.json.empty()) bench::write_json(c.json, "bench_transport", meta, rows);
+  if (!c.csv.empty()) bench::write_csv(c.csv, meta, rows);
+  uint64_t wrong = 0;
+  for (const auto& r : rows) wrong += r.wrong;
+  if (wrong) {
+    std::fprintf(stderr, "bench_transport: %llu payload bytes were wrong\n", static_cast<unsigned long long>(wrong));
+    return 2;
+  }
+  return 0;
+}
+
+std::vector<int> default_devices(int count) {
+  if (count >= 2) return {0, 1};
+  if (count == 1) return {0, 0};
+  return {peerlink::kHostDevice, peerlink::kHostDevice};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config c;
+  try {
+    c = parse(argc, argv);
+  } catch (const bench::UsageError& e) {
+    std::fprintf(stderr, "bench_transport: %s\n%s", e.what(), kUsage);
+    return 1;
+  }
+  try {
+    if (c.id.launched()) {
+      std::vector<int> devs = c.gpus;
+      if (devs.empty()) {
+        int n = peerlink::gpu::device_count();
+        devs = n > 0 ? std::vector<int>{0 % n, 1 % n} : default_devices(0);
+      }
+      if (static_cast<int>(devs.size()) <= c.id.rank) throw bench::UsageError("--gpus names no device for this rank");
+      return run_rank(c, c.id.unique_id, c.id.rank, devs[c.id.rank]);
+    }
+    std::vector<int> devs = c.gpus.empty() ? default_devices(bench::probe_device_count()) : c.gpus;
+    if (devs.size() != 2) throw bench::UsageError("--gpus needs two devices (one per rank)");
+    std::string uid = bench::make_unique_id("bt");
+    return bench::fork_ranks(
+        2, [&](int r) { return run_rank(c, uid, r, devs[r]); }, std::chrono::seconds(c.time_limit_s));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_transport: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,80 @@
+// NCCL through dlopen("libnccl.so.2"): the benchmarks build without NCCL headers or libraries and
+// run NCCL side by side with peerlink where the library exists (the GPU machines). Only the few
+// types and entry points the allreduce benchmark needs are declared, with NCCL's ABI values.
+#pragma once
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+namespace bench::nccl {
+
+using Result = int;  // ncclResult_t: 0 = ncclSuccess
+using Comm = void*;  // ncclComm_t
+struct UniqueId {
+  char internal[128];
+};
+// ncclDataType_t
+enum DataType : int { Int8 = 0, Uint8 = 1, Int32 = 2, Uint32 = 3, Int64 = 4, Uint64 = 5, Float16 = 6,
+                      Float32 = 7, Float64 = 8, Bfloat16 = 9 };
+// ncclRedOp_t
+enum RedOp : int { Sum = 0, Prod = 1, Max = 2, Min = 3 };
+
+class Library {
+ public:
+  // Loads NCCL; available() is false (with why()) when it is missing or incomplete.
+  Library() {
+    handle_ = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (!handle_) {
+      const char* e = dlerror();
+      why_ = std::string("dlopen(libnccl.so.2) failed: ") + (e ? e : "?");
+      return;
+    }
+    if (!sym(get_unique_id, "ncclGetUniqueId") || !sym(comm_init_rank, "ncclCommInitRank") ||
+        !sym(all_reduce, "ncclAllReduce") || !sym(comm_destroy, "ncclCommDestroy") ||
+        !sym(error_string, "ncclGetErrorString"))
+      return;
+    sym(get_version, "ncclGetVersion");
+    ok_ = true;
+  }
+  ~Library() {
+    // Not dlclose'd: NCCL keeps threads and atexit handlers that must not outlive the code.
+  }
+  Library(const Library&) = delete;
+  Library& operator=(const Library&) = delete;
+
+  bool available() const { return ok_; }
+  const std::string& why() const { return why_; }
+  int version() const {
+    int v = 0;
+    if (get_version) get_version(&v);
+    return v;
+  }
+  void check(Result r, const char* what) const {
+    if (r != 0) throw std::runtime_error(std::string(what) + " failed: " + error_string(r) + " (" + std::to_string(r) + ")");
+  }
+
+  Result (*get_unique_id)(UniqueId*) = nullptr;
+  Result (*comm_init_rank)(Comm*, int, UniqueId, int) = nullptr;
+  Result (*all_reduce)(const void*, void*, size_t, int, int, Comm, void*) = nullptr;
+  Result (*comm_destroy)(Comm) = nullptr;
+  const char* (*error_string)(Result) = nullptr;
+  Result (*get_version)(int*) = nullptr;
+
+ private:
+  template <typename Fn>
+  bool sym(Fn& fn, const char* name) {
+    fn = reinterpret_cast<Fn>(dlsym(handle_, name));
+    if (!fn && why_.empty()) why_ = std::string("libnccl.so.2 lacks ") + name;
+    return fn != nullptr;
+  }
+  void* handle_ = nullptr;
+  bool ok_ = false;
+  std::string why_;
+};
+
+// NVLink multicast (NVLS) stays off on shared machines; a user's explicit setting wins.
+inline void disable_nvls() { setenv("NCCL_NVLS_ENABLE", "0", 0); }
+
+}  // namespace bench::nccl
