@@ -42,12 +42,13 @@ struct Config {
   std::vector<int> gpus;
   std::string json;
   int time_limit_s = 900;
+  bool inject_error = false;  // test hook: rank 0 corrupts one result element before the check
 };
 
 const char* kUsage =
     "usage: bench_allreduce [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-G 0|1]\n"
     "  [-d float|half|bfloat16|double|int32|int64] [-o sum|prod|max|min] [-g NRANKS]\n"
-    "  [--impl peerlink|nccl|both] [--gpus D0,D1,..] [--json FILE] [--time-limit S]\n";
+    "  [--impl peerlink|nccl|both] [--gpus D0,D1,..] [--json FILE] [--time-limit S] [--inject-error]\n";
 
 Config parse(int argc, char** argv) {
   Config c;
@@ -73,6 +74,7 @@ Config parse(int argc, char** argv) {
     } else if (a.flag("--gpus")) c.gpus = bench::parse_int_list("--gpus", a.value());
     else if (a.flag("--json")) c.json = a.value();
     else if (a.flag("--time-limit")) c.time_limit_s = static_cast<int>(bench::parse_int("--time-limit", a.value(), 1, 86400));
+    else if (a.flag("--inject-error")) c.inject_error = true;
     else if (a.flag("-h", "--help")) {
       std::fputs(kUsage, stdout);
       std::exit(0);
@@ -126,6 +128,10 @@ class RankRunner {
       be_.copy_sync(recv, host_.data(), bytes);
       impl.run(send, recv, count, stream_);
       sync();
+      if (c_.inject_error && me == 0) {
+        std::fill(host_.begin(), host_.begin() + bench::dt_size(c_.dt), 0x00);
+        be_.copy_sync(recv, host_.data(), bench::dt_size(c_.dt));
+      }
       if (c_.check) row.wrong += check(recv, count, seed);
       for (int i = 0; i < c_.warmup; ++i) impl.run(send, recv, count, stream_);
       sync();

@@ -32,7 +32,7 @@ const char* kUsage =
     "usage: bench_transport [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]\n"
     "  [--mode latency|bandwidth|bidir] [--transport auto|direct|relay] [--completion auto|done_seq|ring]\n"
     "  [--gpus D0,D1] [--window N] [--json FILE] [--csv FILE] [--verify-full BYTES] [--timeout-ms MS]\n"
-    "  [--time-limit S] [--rank R --world N --uid ID] [--demo]\n"
+    "  [--time-limit S] [--rank R --world N --uid ID] [--demo] [--inject-error (test hook)]\n"
     "Sizes take K/M/G suffixes. Devices: default GPUs 0,1 (0,0 with one GPU), else host backend -1.\n";
 
 Config parse(int argc, char** argv) {
@@ -64,6 +64,7 @@ Config parse(int argc, char** argv) {
     else if (a.flag("--world")) c.id.world_size = static_cast<int>(bench::parse_int("--world", a.value(), 1, 64));
     else if (a.flag("--uid")) c.id.unique_id = a.value();
     else if (a.flag("--demo")) c.demo = true;
+    else if (a.flag("--inject-error")) c.engine.inject_error = true;
     else if (a.flag("-h", "--help")) {
       std::fputs(kUsage, stdout);
       std::exit(0);

@@ -24,11 +24,12 @@
 
 namespace bench {
 
-// A fresh id per run so concurrent runs (CI, two users) never meet each other's segments.
+// A fresh id per run so concurrent runs (CI, two users) never meet each other's segments. The
+// "plbench-" start makes the benchmarks' SHM names (pl_plbench-...) recognisable in leak checks.
 inline std::string make_unique_id(const char* tag) {
   std::random_device rd;
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%s%d_%08x", tag, static_cast<int>(getpid()), rd());
+  std::snprintf(buf, sizeof buf, "plbench-%s-%d-%08x", tag, static_cast<int>(getpid()), rd());
   return buf;
 }
 

@@ -40,6 +40,9 @@ struct EngineConfig {
   // Version the engine publishes its buffers at: a later engine on the same communicator (new
   // buffers under the same ids) must use a higher one.
   uint64_t version = 1;
+  // Test hook: each receiver zeroes one landed byte of its first message before verifying it, so
+  // CI proves that a corrupted payload is counted in #wrong (the check can fail).
+  bool inject_error = false;
 };
 
 constexpr uint32_t kDataBuf = 1;
@@ -162,6 +165,10 @@ class PairEngine {
         const bool last = it == total - 1;
         for (int j = 0; j < window; ++j) {
           const unsigned char* expect = peer_pool_.data() + shift_of(received_ + j);
+          if (cfg_.inject_error && received_ + j == 0) {
+            const unsigned char zero = 0;
+            be.copy_sync(at(recv_, size_t(j) * size), &zero, 1);
+          }
           wrong += verify_landed(be, at(recv_, size_t(j) * size), expect, size,
                                  last ? ~size_t(0) : cfg_.full_verify_limit, received_ * 31 + j, scratch_);
         }
