@@ -1,0 +1,52 @@
+// Collectives on top of the transport: allreduce across the ranks of one communicator.
+//
+// GPU communicators: stream-ordered, runs on the caller's stream (cudaStream_t / hipStream_t passed
+// as void*, nullptr = the legacy default stream), never synchronizes the host on the fast path and
+// can be captured in a CUDA graph. Host communicators (device -1): synchronous, stream ignored.
+#pragma once
+#include <cstddef>
+#include <string>
+
+#include "peerlink/communicator.h"
+
+namespace peerlink {
+
+enum class DataType { F32, F16, BF16, F64, I32, I64 };
+enum class ReduceOp { Sum, Max, Min, Prod };
+
+// Which algorithm carries an allreduce (Options::allreduce_algo / PEERLINK_ALLREDUCE_ALGO).
+enum class AllreduceAlgo {
+  Auto,       // chosen by message size and world size (measured crossovers)
+  OneShot,    // every rank pushes its whole input to every peer, each rank reduces everything
+  TwoShot,    // reduce-scatter + all-gather, each rank reduces 1/n, latency-sized grid
+  Bandwidth,  // the two-shot data flow on the whole GPU, pipelined over scratch chunks
+};
+
+size_t dtype_size(DataType t);
+const char* to_string(DataType t);
+const char* to_string(ReduceOp op);
+const char* to_string(AllreduceAlgo a);
+// Case-insensitive; accept the usual spellings ("bf16", "bfloat16", "float32", "fp16", "int64", ...).
+// InvalidArgument naming the string otherwise.
+DataType parse_dtype(const std::string& s);
+ReduceOp parse_reduce_op(const std::string& s);          // "sum", "max", "min", "prod"/"product"
+AllreduceAlgo parse_allreduce_algo(const std::string& s);  // "", "auto", "oneshot", "twoshot", "bandwidth"
+
+// recvbuf[i] = op over ranks 0..n-1 (in that order) of sendbuf[i], for i < count. sendbuf == recvbuf
+// is allowed. Every rank gets bit-identical results; f16/bf16 accumulate in f32, integers wrap.
+// On GPU communicators the buffers are device memory of the communicator's device (any allocation).
+// Throws InvalidArgument (bad arguments, nothing written), TimeoutError / PeerLostError (a previous
+// stream-ordered allreduce on this communicator timed out on the device: the communicator's
+// collectives are then unusable), UnsupportedError (more than 8 ranks).
+void allreduce(Communicator& comm, const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
+               ReduceOp op, void* stream = nullptr);
+
+// The algorithm allreduce() uses on `comm` for a message of `bytes` (after the option override).
+AllreduceAlgo allreduce_algo_for(Communicator& comm, size_t bytes);
+
+// Throws the error a stream-ordered allreduce recorded on the device (bounded waits that ran out),
+// as PeerLostError when the peer it waited for is dead, else TimeoutError. Call after a stream
+// sync to learn whether the allreduces on it succeeded; allreduce() also checks on every call.
+void allreduce_check(Communicator& comm);
+
+}  // namespace peerlink

@@ -1,0 +1,156 @@
+// allreduce(): argument checks, algorithm selection, and dispatch to the host implementation or
+// the device kernels (stream-ordered, no host synchronization, graph-capturable).
+#include <algorithm>
+#include <chrono>
+
+#include "collectives/coll_state.h"
+#include "collectives/device_launch.h"
+#include "common/log.h"
+#include "peerlink/collectives.h"
+#include "peerlink/errors.h"
+#include "transport/comm_impl.h"
+
+namespace peerlink {
+namespace {
+
+using common::cat;
+
+// Auto selection. The GPU crossovers come from the sweep in scripts/gpu_collectives.sh on 2x H200
+// (see the report in the commit history); more ranks push (n-1)x the bytes in one-shot, so its
+// window shrinks with n. On the host backend the algorithms only differ in work split; the same
+// shape of rule keeps both algorithms exercised in CI.
+AllreduceAlgo choose(size_t bytes, int world, bool host) {
+  if (host) return bytes <= (size_t(64) << 10) ? AllreduceAlgo::OneShot : AllreduceAlgo::TwoShot;
+  size_t one_shot_max = world <= 2 ? (size_t(256) << 10) : world <= 4 ? (size_t(128) << 10) : (size_t(64) << 10);
+  if (bytes <= one_shot_max) return AllreduceAlgo::OneShot;
+  if (bytes <= (size_t(4) << 20)) return AllreduceAlgo::TwoShot;
+  return AllreduceAlgo::Bandwidth;
+}
+
+AllreduceAlgo resolve(const detail::CommImpl& impl, size_t bytes, bool host) {
+  AllreduceAlgo a = parse_allreduce_algo(impl.options().allreduce_algo);
+  return a == AllreduceAlgo::Auto ? choose(bytes, impl.world_size(), host) : a;
+}
+
+int clamp_blocks(size_t want, int hi) { return static_cast<int>(std::max<size_t>(1, std::min<size_t>(want, hi))); }
+
+// Grid for the device kernels: enough 16-byte units per thread to hide latency for small steps,
+// the whole GPU for bandwidth.
+int pick_blocks(const coll::CollState& st, AllreduceAlgo a, const coll::Split& s, size_t elem) {
+  if (st.blocks_override > 0) return st.blocks_override;
+  size_t per_block_bytes = size_t(st.threads) * 16 * 2;
+  int all = std::min(std::max(st.sm_count, 1), coll::kMaxBlocks);
+  switch (a) {
+    case AllreduceAlgo::OneShot: return clamp_blocks((s.shard * elem + per_block_bytes - 1) / per_block_bytes, std::min(all, 32));
+    case AllreduceAlgo::TwoShot: return clamp_blocks((s.shard * elem + per_block_bytes - 1) / per_block_bytes, std::min(all, 64));
+    default: return all;
+  }
+}
+
+// Throws the error a kernel recorded (caller holds st.mu). The communicator's collectives stay
+// unusable afterwards: flags and counters of the ranks no longer agree.
+void check_device_error(coll::CollState& st) {
+  if (st.broken) std::rethrow_exception(st.broken);
+  if (st.host || !st.error) return;
+  uint32_t code = *reinterpret_cast<volatile uint32_t*>(st.error);
+  if (code == 0) return;
+  int peer = static_cast<int>((code >> 8) & 0xff);
+  std::string what = cat("allreduce on device ", st.impl->device(), " (rank ", st.rank, "): a kernel waited longer than ",
+                         st.impl->options().timeout.count(), " ms for rank ", peer,
+                         "; this communicator's collectives are unusable");
+  try {
+    if (peer >= 0 && peer < st.world && peer != st.rank) st.impl->check_peer_alive(peer);
+    st.broken = std::make_exception_ptr(TimeoutError(what));
+  } catch (const PeerLostError& e) {
+    st.broken = std::make_exception_ptr(PeerLostError(cat(what, " (", e.what(), ")")));
+  }
+  std::rethrow_exception(st.broken);
+}
+
+void device_allreduce(coll::CollState& st, const void* src, void* dst, size_t count, DataType dtype,
+                      ReduceOp op, AllreduceAlgo algo, void* stream) {
+  const size_t elem = dtype_size(dtype);
+  coll::LaunchArgs a;
+  a.src = src;
+  a.dst = dst;
+  a.dtype = static_cast<int>(dtype);
+  a.op = static_cast<int>(op);
+  a.one_shot = algo == AllreduceAlgo::OneShot;
+  a.rank = st.rank;
+  a.world = st.world;
+  a.threads = st.threads;
+  a.layout = st.layout;
+  // The grid is chosen from the first step and then fixed for every step of the call (layout.h).
+  coll::Split probe = coll::make_split(count, elem, st.world, st.layout.cap, a.one_shot, 1);
+  a.blocks = pick_blocks(st, algo, probe, elem);
+  a.split = coll::make_split(count, elem, st.world, st.layout.cap, a.one_shot, a.blocks);
+  for (int r = 0; r < st.world; ++r) {
+    a.data[r] = st.data[r];
+    a.flags[r] = st.flags[r];
+  }
+  a.error = st.error;
+  a.timeout_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(st.impl->options().timeout).count());
+
+  // Calls on different streams must not overlap on the device (they share counters and scratch):
+  // the new stream waits for what was queued on the previous one. Nothing is recorded when the
+  // stream stays the same, so the common case costs no runtime call. Inside a graph capture the
+  // captured stream order is the user's business (events cannot cross the capture boundary).
+  if (st.launched && stream != st.last_stream && !gpu::stream_is_capturing(stream) &&
+      !gpu::stream_is_capturing(st.last_stream)) {
+    gpu::event_record(st.order_event, st.last_stream);
+    gpu::stream_wait_event(stream, st.order_event);
+  }
+  coll::launch_allreduce(a, stream);
+  st.last_stream = stream;
+  st.launched = true;
+}
+
+}  // namespace
+
+AllreduceAlgo allreduce_algo_for(Communicator& comm, size_t bytes) {
+  return resolve(comm.impl(), bytes, comm.device() == kHostDevice);
+}
+
+void allreduce_check(Communicator& comm) {
+  coll::CollState& st = coll::coll_state(comm);
+  std::lock_guard<std::mutex> g(st.mu);
+  check_device_error(st);
+}
+
+void allreduce(Communicator& comm, const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
+               ReduceOp op, void* stream) {
+  const size_t elem = dtype_size(dtype);  // validates dtype
+  if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::Prod))
+    throw InvalidArgument(cat("allreduce: unknown ReduceOp ", static_cast<int>(op)));
+  if (count > (SIZE_MAX / elem)) throw InvalidArgument(cat("allreduce: count ", count, " overflows"));
+  if (count > 0 && (!sendbuf || !recvbuf))
+    throw InvalidArgument(cat("allreduce: null buffer (sendbuf ", sendbuf, ", recvbuf ", recvbuf, ") for ", count,
+                              " elements"));
+  const char* s = static_cast<const char*>(sendbuf);
+  const char* d = static_cast<const char*>(recvbuf);
+  size_t bytes = count * elem;
+  if (s != d && s < d + bytes && d < s + bytes)
+    throw InvalidArgument(cat("allreduce: sendbuf ", sendbuf, " and recvbuf ", recvbuf, " overlap partially (",
+                              bytes, " bytes); pass the same pointer for in place"));
+  coll::CollState& st = coll::coll_state(comm);
+  std::lock_guard<std::mutex> g(st.mu);
+  check_device_error(st);
+  AllreduceAlgo algo = resolve(*st.impl, bytes, st.host);
+  if (count == 0) return;
+  if (st.host) {
+    try {
+      coll::host_allreduce(st, sendbuf, recvbuf, count, static_cast<int>(dtype), static_cast<int>(op),
+                           algo == AllreduceAlgo::OneShot);
+    } catch (const TimeoutError& e) {
+      st.broken = std::make_exception_ptr(TimeoutError(cat(e.what(), "; this communicator's collectives are unusable")));
+      throw;
+    } catch (const PeerLostError& e) {
+      st.broken = std::make_exception_ptr(PeerLostError(cat(e.what(), "; this communicator's collectives are unusable")));
+      throw;
+    }
+    return;
+  }
+  device_allreduce(st, sendbuf, recvbuf, count, dtype, op, algo, stream);
+}
+
+}  // namespace peerlink

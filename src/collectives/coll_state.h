@@ -1,0 +1,56 @@
+// Per-communicator allreduce state: the registered (exported, peer-mapped) flag and data buffers,
+// sequence counters, error word and stream ordering. Lives in impl.upper_state("collectives"), so
+// it is created on the first allreduce (collectively: every rank's first allreduce sets it up) and
+// destroyed before the transport closes.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <string>
+
+#include "collectives/layout.h"
+#include "gpu/backend.h"
+
+namespace peerlink {
+class Communicator;
+namespace detail { class CommImpl; }
+}  // namespace peerlink
+
+namespace peerlink::coll {
+
+struct CollState {
+  detail::CommImpl* impl = nullptr;
+  int rank = 0;
+  int world = 0;
+  bool host = true;
+  DataLayout layout;
+  FlagArea* flags[kMaxRanks] = {};  // [rank] is ours
+  char* data[kMaxRanks] = {};
+  gpu::MemHandle flag_handle[kMaxRanks];
+  gpu::MemHandle data_handle[kMaxRanks];
+
+  // Tuning read from the environment when the state is created (per communicator, not static).
+  int threads = 512;
+  int blocks_override = 0;  // PEERLINK_ALLREDUCE_BLOCKS
+  int sm_count = 0;
+
+  std::mutex mu;            // one allreduce at a time per communicator (launch order = seq order)
+  uint64_t host_seq = 0;    // host backend: steps done (the device keeps its own counter)
+  uint32_t* error = nullptr;  // GPU: mapped pinned host word written by kernels
+  void* last_stream = nullptr;
+  bool launched = false;
+  gpu::Event order_event = nullptr;
+  std::exception_ptr broken;  // a call failed mid-protocol: ranks disagree now, every call rethrows
+
+  ~CollState();
+};
+
+// The communicator's state, set up on first use (collective).
+CollState& coll_state(Communicator& comm);
+
+// Host backend: runs the allreduce synchronously with CPU copies and SHM flags.
+void host_allreduce(CollState& st, const void* src, void* dst, size_t count, int dtype, int op,
+                    bool one_shot);
+
+}  // namespace peerlink::coll

@@ -1,0 +1,85 @@
+// Memory layout of the registered allreduce buffers, shared by host code and device kernels.
+//
+// Every rank owns two exported allocations that all peers map:
+//  * flags: FlagArea. Peers *push* their readiness into our inbox (remote store), we spin on local
+//    memory. A flag holds the sequence number of the step it announces; sequence numbers only grow,
+//    so flags are never reset between calls (a waiter compares with >=).
+//  * data: two slots (step parity), each [input region | result region], each region n * cap bytes.
+//    input region position r  : what rank r pushed to us (one-shot: r's whole chunk; two-shot: r's
+//                               copy of our shard);
+//    result region position q : the reduced shard q pushed by its owner (two-shot all-gather).
+//
+// Why two slots suffice without an end-of-call barrier: a rank writes slot s at step k only after
+// it saw, at step k-1, a flag that every peer (same block index, see below) set after finishing
+// step k-2, the previous user of slot s. Work is split among "blocks" (CUDA blocks; one on the host)
+// and a block b only ever exchanges data and flags with block b of the peers, over sub-ranges that
+// are the same for every step of a call, so the argument holds per block index. Across calls the
+// kernel boundary gives the same guarantee (a kernel starts after the previous one finished).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#ifndef PL_HD
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define PL_HD __host__ __device__ __forceinline__
+#else
+#define PL_HD inline
+#endif
+#endif
+
+namespace peerlink::coll {
+
+constexpr int kMaxRanks = 8;     // one node
+constexpr int kMaxBlocks = 160;  // >= SM count of the GPUs we launch one block per SM on
+constexpr int kPhases = 2;       // 0: input pushed, 1: reduced shard pushed (two-shot)
+
+struct FlagArea {
+  uint64_t inbox[kPhases][kMaxBlocks][kMaxRanks];  // [phase][block][source rank], written by peers
+  uint64_t counter[kMaxBlocks];  // device: per-block step counter (advanced by the kernel itself)
+  uint32_t abort;                // device: set by a block whose wait ran out; later blocks bail out
+  uint32_t pad[15];
+};
+
+// Geometry of one rank's data allocation; identical on every rank.
+struct DataLayout {
+  int world = 0;
+  size_t cap = 0;  // bytes of one region position (one-shot chunk, two-shot shard)
+  PL_HD size_t region() const { return size_t(world) * cap; }
+  PL_HD size_t slot_bytes() const { return 2 * region(); }
+  PL_HD size_t total() const { return 2 * slot_bytes(); }
+  PL_HD size_t input(int slot, int pos) const { return size_t(slot) * slot_bytes() + size_t(pos) * cap; }
+  PL_HD size_t result(int slot, int pos) const { return input(slot, pos) + region(); }
+};
+
+// Error word layout (host-visible): 0 = fine; else kErrTimeout | (peer << 8) | (rank << 16).
+constexpr uint32_t kErrTimeout = 1;
+
+// Work split for one call: every step (chunk) has `step_elems` elements (the last may be shorter);
+// shards and block sub-ranges are multiples of `vec` elements (16 bytes) so scratch accesses stay
+// 16-byte aligned, and they are the same for every step of the call (see above).
+struct Split {
+  size_t count = 0;       // elements of the whole call
+  size_t step_elems = 0;  // elements per step
+  size_t steps = 0;
+  size_t shard = 0;       // elements per shard (two-shot) or the whole step (one-shot)
+  size_t per_block = 0;   // elements per block within a shard
+};
+
+inline size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+// one_shot: each step's data must fit `cap` bytes; two-shot: each shard must.
+inline Split make_split(size_t count, size_t elem, int world, size_t cap, bool one_shot, int blocks) {
+  Split s;
+  s.count = count;
+  size_t vec = 16 / elem;
+  size_t cap_elems = cap / elem / vec * vec;
+  s.step_elems = one_shot ? cap_elems : cap_elems * size_t(world);
+  if (s.step_elems > count) s.step_elems = count;
+  s.steps = count == 0 ? 0 : (count + s.step_elems - 1) / s.step_elems;
+  s.shard = one_shot ? round_up(s.step_elems, vec) : round_up((s.step_elems + world - 1) / world, vec);
+  if (s.shard > cap_elems) s.shard = cap_elems;
+  s.per_block = round_up((s.shard + blocks - 1) / blocks, vec);
+  return s;
+}
+
+}  // namespace peerlink::coll

@@ -1,0 +1,146 @@
+// Element types and reduction operators shared by the host algorithms (g++) and the device kernels
+// (nvcc / hipcc), so both produce the same bits: f16/bf16 widen to f32, reduce in rank order, round
+// once; integers wrap (computed in unsigned arithmetic, no signed-overflow UB).
+// Half conversions are written out bitwise so that no vendor half header is needed.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#ifndef PL_HD
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define PL_HD __host__ __device__ __forceinline__
+#else
+#define PL_HD inline
+#endif
+#endif
+
+namespace peerlink::coll {
+
+struct f16_t { uint16_t bits; };
+struct bf16_t { uint16_t bits; };
+
+template <typename To, typename From>
+PL_HD To bit_cast_(const From& f) {
+  static_assert(sizeof(To) == sizeof(From), "size");
+  To t;
+  memcpy(&t, &f, sizeof t);
+  return t;
+}
+
+PL_HD float bf16_to_f32(uint16_t b) { return bit_cast_<float>(uint32_t(b) << 16); }
+PL_HD uint16_t f32_to_bf16(float f) {
+  uint32_t u = bit_cast_<uint32_t>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);                                          // round to nearest even
+  return uint16_t(u >> 16);
+}
+
+PL_HD float f16_to_f32(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  uint32_t u;
+  if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (man << 13);  // inf / nan
+  } else if (exp != 0) {
+    u = sign | ((exp + 112u) << 23) | (man << 13);
+  } else if (man == 0) {
+    u = sign;
+  } else {  // subnormal: normalize
+    int e = -1;
+    do { man <<= 1; ++e; } while ((man & 0x400u) == 0);
+    u = sign | (uint32_t(112 - e) << 23) | ((man & 0x3ffu) << 13);
+  }
+  return bit_cast_<float>(u);
+}
+
+PL_HD uint16_t f32_to_f16(float f) {
+  uint32_t u = bit_cast_<uint32_t>(f);
+  uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u);          // nan
+  if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);         // overflow (rounds to) inf
+  if (a >= 0x38800000u) {                                        // normal half
+    uint32_t r = a - 0x38000000u;                                // rebias exponent 127 -> 15
+    r += 0xfffu + ((r >> 13) & 1u);                              // round to nearest even
+    return uint16_t(sign | (r >> 13));
+  }
+  if (a < 0x33000000u) return sign;                              // < half of the smallest subnormal
+  uint32_t exp = a >> 23;
+  uint32_t man = (a & 0x7fffffu) | 0x800000u;
+  uint32_t shift = 126u - exp;                                   // 14 + (113 - exp)
+  uint32_t q = man >> shift;
+  uint32_t rem = man & ((1u << shift) - 1u);
+  uint32_t half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (q & 1u))) ++q;
+  return uint16_t(sign | q);
+}
+
+// Storage type -> accumulation type and conversions.
+template <typename T> struct Acc;
+template <> struct Acc<float> {
+  using type = float;
+  static PL_HD float in(float x) { return x; }
+  static PL_HD float out(float x) { return x; }
+};
+template <> struct Acc<double> {
+  using type = double;
+  static PL_HD double in(double x) { return x; }
+  static PL_HD double out(double x) { return x; }
+};
+template <> struct Acc<f16_t> {
+  using type = float;
+  static PL_HD float in(f16_t x) { return f16_to_f32(x.bits); }
+  static PL_HD f16_t out(float x) { return f16_t{f32_to_f16(x)}; }
+};
+template <> struct Acc<bf16_t> {
+  using type = float;
+  static PL_HD float in(bf16_t x) { return bf16_to_f32(x.bits); }
+  static PL_HD bf16_t out(float x) { return bf16_t{f32_to_bf16(x)}; }
+};
+template <> struct Acc<int32_t> {
+  using type = int32_t;
+  static PL_HD int32_t in(int32_t x) { return x; }
+  static PL_HD int32_t out(int32_t x) { return x; }
+};
+template <> struct Acc<int64_t> {
+  using type = int64_t;
+  static PL_HD int64_t in(int64_t x) { return x; }
+  static PL_HD int64_t out(int64_t x) { return x; }
+};
+
+template <typename A> struct Unsigned { using type = A; };
+template <> struct Unsigned<int32_t> { using type = uint32_t; };
+template <> struct Unsigned<int64_t> { using type = uint64_t; };
+
+// Operators on the accumulation type. Integer sum/prod wrap modulo 2^bits.
+enum OpCode : int { kOpSum = 0, kOpMax = 1, kOpMin = 2, kOpProd = 3 };
+template <int Op> struct Apply {
+  template <typename A>
+  static PL_HD A run(A a, A b) {
+    using U = typename Unsigned<A>::type;
+    if constexpr (Op == kOpSum) return A(U(a) + U(b));
+    else if constexpr (Op == kOpProd) return A(U(a) * U(b));
+    else if constexpr (Op == kOpMax) return b > a ? b : a;
+    else return b < a ? b : a;
+  }
+};
+
+// Type codes in the order of peerlink::DataType.
+enum TypeCode : int { kF32 = 0, kF16 = 1, kBF16 = 2, kF64 = 3, kI32 = 4, kI64 = 5 };
+
+// Calls f(T{}) with the storage type of `code`; returns false for an unknown code.
+template <typename F>
+inline bool with_type(int code, F&& f) {
+  switch (code) {
+    case kF32: f(float{}); return true;
+    case kF16: f(f16_t{}); return true;
+    case kBF16: f(bf16_t{}); return true;
+    case kF64: f(double{}); return true;
+    case kI32: f(int32_t{}); return true;
+    case kI64: f(int64_t{}); return true;
+  }
+  return false;
+}
+
+}  // namespace peerlink::coll
