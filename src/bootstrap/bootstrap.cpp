@@ -35,7 +35,13 @@ Bootstrap::Bootstrap(const std::string& unique_id, int rank, int world_size, con
   char hex[17];
   std::snprintf(hex, sizeof hex, "%08llx", static_cast<unsigned long long>(layout_->nonce & 0xffffffffULL));
   job_prefix_ = cat(id_prefix_, hex, "_");
-  wait_all_joined(timeout);
+  try {
+    wait_all_joined(timeout);
+  } catch (...) {
+    leave();  // a failed rendezvous must not leave its segment (the destructor will not run)
+    seg_.unlink();
+    throw;
+  }
 }
 
 Bootstrap::~Bootstrap() {
@@ -125,20 +131,23 @@ std::string Bootstrap::missing_ranks(const std::vector<int>& missing) const {
 void Bootstrap::wait_all_joined(std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   for (int iter = 0;; ++iter) {
-    std::vector<int> missing;
+    std::vector<int> missing, gave_up;
     for (int r = 0; r < world_; ++r) {
       const RankSlot& s = layout_->slots[r];
       uint32_t st = s.state.load(std::memory_order_acquire);
-      if (st != kJoined) {
+      if (st == kEmpty) {
         missing.push_back(r);
+      } else if (st == kLeft) {
+        gave_up.push_back(r);
       } else if (r != rank_ && (iter % 256) == 255 && !common::process_alive({s.pid, s.start_time})) {
         throw PeerLostError(cat("rank ", r, " (pid ", s.pid, ") died during rendezvous"));
       }
     }
-    if (missing.empty()) return;
+    if (missing.empty() && gave_up.empty()) return;
     if (Clock::now() > deadline)
       throw TimeoutError(cat("rank ", rank_, ": rendezvous timed out after ", timeout.count(),
-                             " ms; ranks that never arrived: ", missing_ranks(missing)));
+                             " ms; ranks that never arrived: ", missing.empty() ? "none" : missing_ranks(missing),
+                             gave_up.empty() ? "" : "; ranks that arrived and gave up: " + missing_ranks(gave_up)));
     backoff(iter);
   }
 }

@@ -203,6 +203,8 @@ void Transport::check_peer(int peer) {
   P.last_alive_check_ns.store(now, std::memory_order_relaxed);
   if (!boot_->peer_alive(peer)) {
     const auto& s = boot_->slot(peer);
+    // A dead peer cannot unlink its host allocations: the survivors do (owner-checked).
+    if (!boot_->peer_left(peer)) common::remove_stale_segments(cat(boot_->job_prefix(), "r", peer, "_"));
     mark_lost(P, std::make_exception_ptr(PeerLostError(
                      cat("rank ", peer, " (pid ", s.pid, ") ", boot_->peer_left(peer) ? "closed its communicator" : "died"))));
     std::rethrow_exception(P.lost_error);
