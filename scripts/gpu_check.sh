@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: build the CUDA library, run the transport suite on device memory
+# (two processes on one GPU, and one process per GPU when there are two or more), then whatever
+# GPU steps the other parts provide. Everything goes under $OUT: a summary log plus one tarball
+# (the device tool returns at most 8 files).
+#   STEPS="build contract topo bench coll py" (default: all)
+set -u
+OUT=${OUT:-/tmp/peerlink-gpu-out}
+mkdir -p "$OUT/r"
+R="$OUT/r"
+LOG="$OUT/gpu_check.log"
+STEPS=${STEPS:-"build contract topo bench coll py"}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+BUILD=build-cuda
+status=0
+note() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG"; }
+run_step() {  # name, timeout seconds, command...
+  local name=$1 limit=$2; shift 2
+  note "== $name: $*"
+  timeout "$limit" "$@" > "$R/$name.log" 2>&1
+  local rc=$?
+  tail -n 25 "$R/$name.log" >> "$LOG"
+  note "== $name: rc=$rc"
+  [ $rc -eq 0 ] || status=1
+  return $rc
+}
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+
+note "date $(date -u +%F) host $(hostname)"
+nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version --format=csv > "$R/gpus.csv" 2>&1
+nvidia-smi topo -m > "$R/nvidia-topo.txt" 2>&1
+cat "$R/gpus.csv" >> "$LOG"
+NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
+note "GPUs: $NGPU"
+
+if has build; then
+  run_step build 400 make BACKEND=cuda BUILD=$BUILD -j16 lib tests tools benchmarks || { tar -czf "$OUT/results.tgz" -C "$OUT" r; exit 1; }
+fi
+T=$BUILD/bin/peerlink_tests
+if has contract; then
+  PEERLINK_TEST_DEVICES=0,0 run_step contract_1gpu 240 $T --gtest_filter='*Contract*'
+  [ "$NGPU" -ge 2 ] && PEERLINK_TEST_DEVICES=0,1 run_step contract_2gpu 240 $T --gtest_filter='*Contract*'
+  run_step host_suite 300 $T --gtest_filter='*Mp*:Segment*:Ring*:Registry*:IpcCache*'
+fi
+if has topo && [ -x $BUILD/bin/peerlink-topo ]; then
+  run_step topo 60 bash -c "$BUILD/bin/peerlink-topo && $BUILD/bin/peerlink-topo --json"
+fi
+if has bench && [ -f scripts/gpu_bench.sh ]; then run_step bench 420 bash scripts/gpu_bench.sh "$R/bench" "$BUILD"; fi
+if has coll && [ -f scripts/gpu_collectives.sh ]; then run_step coll 420 bash scripts/gpu_collectives.sh "$R/coll" "$BUILD"; fi
+if has py && [ -f scripts/gpu_python.sh ]; then run_step py 420 bash scripts/gpu_python.sh "$R/py"; fi
+ls /dev/shm | grep '^pl_' > "$R/shm_left.txt" && { note "LEAK: $(cat $R/shm_left.txt | head)"; status=1; }
+tar -czf "$OUT/results.tgz" -C "$OUT" r
+rm -rf "$R"
+note "gpu_check status=$status"
+exit $status
