@@ -70,9 +70,10 @@ inline void encode(Dt t, double v, unsigned char* out) {
   }
 }
 
+// Fibonacci hashing: one multiply per element (the 1 GB checks stay fast) and never periodic in i,
+// so a chunk placed at the wrong offset does not match the expected values.
 inline uint32_t elem_hash(uint64_t i, uint64_t seed) {
-  uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
-  z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
+  uint64_t z = (i + seed) * 0x9E3779B97F4A7C15ull;
   return static_cast<uint32_t>(z >> 40);
 }
 // Rank r's value for hash class k (k = hash % 24 covers the period of both formulas below).
@@ -96,16 +97,46 @@ class AllreducePattern {
   }
   // Rank r's input for `count` elements under `seed`.
   void fill_input(int r, uint64_t seed, size_t count, unsigned char* out) const {
-    for (size_t i = 0; i < count; ++i) std::memcpy(out + i * es_, inputs_[r][elem_hash(i, seed) % 24], es_);
+    switch (es_) {
+      case 2: fill_t<uint16_t>(inputs_[r], seed, count, out); break;
+      case 4: fill_t<uint32_t>(inputs_[r], seed, count, out); break;
+      default: fill_t<uint64_t>(inputs_[r], seed, count, out); break;
+    }
   }
   // Number of elements of `got` that differ from the exact reduction.
   uint64_t count_wrong(uint64_t seed, size_t count, const unsigned char* got) const {
-    uint64_t bad = 0;
-    for (size_t i = 0; i < count; ++i) bad += std::memcmp(got + i * es_, expected_[elem_hash(i, seed) % 24], es_) != 0;
-    return bad;
+    switch (es_) {
+      case 2: return wrong_t<uint16_t>(seed, count, got);
+      case 4: return wrong_t<uint32_t>(seed, count, got);
+      default: return wrong_t<uint64_t>(seed, count, got);
+    }
   }
 
  private:
+  // Typed loops: the 1 GB checks of the GPU runs must take seconds, not tens of seconds.
+  template <typename U>
+  static U load(const unsigned char* p) {
+    U u;
+    std::memcpy(&u, p, sizeof u);
+    return u;
+  }
+  template <typename U>
+  void fill_t(const unsigned char (*table)[8], uint64_t seed, size_t count, unsigned char* out) const {
+    U vals[24];
+    for (int k = 0; k < 24; ++k) vals[k] = load<U>(table[k]);
+    U* o = reinterpret_cast<U*>(out);
+    for (size_t i = 0; i < count; ++i) o[i] = vals[elem_hash(i, seed) % 24];
+  }
+  template <typename U>
+  uint64_t wrong_t(uint64_t seed, size_t count, const unsigned char* got) const {
+    U vals[24];
+    for (int k = 0; k < 24; ++k) vals[k] = load<U>(expected_[k]);
+    const U* g = reinterpret_cast<const U*>(got);
+    uint64_t bad = 0;
+    for (size_t i = 0; i < count; ++i) bad += g[i] != vals[elem_hash(i, seed) % 24];
+    return bad;
+  }
+
   Dt t_;
   size_t es_;
   unsigned char expected_[24][8] = {};
