@@ -1,0 +1,106 @@
+"""Packaging (version, stubs), the error hierarchy, the launcher, and Communicator.from_torch."""
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import peerlink
+from plmp import run_ranks
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_version_stubs_and_typed_marker():
+    assert isinstance(peerlink.__version__, str) and peerlink.__version__.count(".") >= 2
+    pkg = Path(peerlink.__file__).parent
+    assert (pkg / "py.typed").is_file()
+    stub = (pkg / "__init__.pyi").read_text()
+    for name in ("class Communicator", "def send_direct", "def isend_direct", "def irecv",
+                 "def notify_ipc_tensor", "def wait_ipc_buffer", "def allreduce", "class Request",
+                 "class PeerLostError"):
+        assert name in stub, name
+    assert peerlink.runtime() in ("none", "cuda", "hip")
+
+
+def test_error_hierarchy():
+    assert issubclass(peerlink.InvalidArgument, peerlink.Error)
+    assert issubclass(peerlink.InvalidArgument, ValueError)
+    assert issubclass(peerlink.TimeoutError, peerlink.Error)
+    assert issubclass(peerlink.TimeoutError, TimeoutError)
+    for cls in (peerlink.PeerLostError, peerlink.UnsupportedError):
+        assert issubclass(cls, peerlink.Error) and not issubclass(cls, ValueError)
+    with pytest.raises(ValueError, match="world_size|rank"):
+        peerlink.Communicator("pytest-bad-rank", 3, 2, -1, timeout=1)
+    with pytest.raises(ValueError, match="timeout"):
+        peerlink.Communicator("pytest-bad-timeout", 0, 1, -1, timeout=-1)
+
+
+def _launch(*args, timeout=60):
+    cmd = [sys.executable, "-m", "peerlink.launch", *args]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    return p, time.monotonic() - t0
+
+
+def test_launch_runs_pingpong_example():
+    p, _ = _launch("-n", "2", "--timeout", "120", "examples/pingpong.py", "--iters", "20")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "verified" in p.stdout
+
+
+def test_launch_propagates_failure_and_stops_the_rest(tmp_path):
+    script = tmp_path / "fail.py"
+    script.write_text("import os, sys, time\n"
+                      "if os.environ['PEERLINK_RANK'] == '1': sys.exit(3)\n"
+                      "time.sleep(60)\n")
+    p, took = _launch("-n", "3", str(script))
+    assert p.returncode == 3, p.stderr
+    assert took < 20, f"the sleeping ranks were not stopped ({took:.1f} s)"
+    assert "rank 1 exited with status 3" in p.stderr
+
+
+def test_launch_timeout_kills_everything(tmp_path):
+    script = tmp_path / "hang.py"
+    script.write_text("import time\ntime.sleep(60)\n")
+    p, took = _launch("-n", "2", "--timeout", "1", str(script))
+    assert p.returncode == 124 and took < 15
+
+
+def test_launch_env_and_from_env(tmp_path):
+    script = tmp_path / "env.py"
+    script.write_text(
+        "import peerlink\n"
+        "with peerlink.Communicator.from_env(timeout=20) as c:\n"
+        "    c.barrier()\n"
+        "    print('rank', c.rank, 'of', c.world_size, 'device', c.device, flush=True)\n")
+    p, _ = _launch("-n", "4", str(script))
+    assert p.returncode == 0, p.stderr
+    assert sorted(line for line in p.stdout.splitlines() if line.startswith("rank")) == [
+        f"rank {r} of 4 device -1" for r in range(4)]
+
+
+def _from_torch(ctx, store_path):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=ctx.rank,
+                            world_size=ctx.world)
+    try:
+        with peerlink.Communicator.from_torch(device=-1, timeout=20) as a, \
+                peerlink.Communicator.from_torch(device="cpu", timeout=20) as b:
+            assert (a.rank, a.world_size) == (ctx.rank, ctx.world)
+            assert a.unique_id != b.unique_id  # a fresh id per call
+            a.barrier()
+            b.barrier()
+            return a.unique_id
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_from_torch_shares_one_id(tmp_path):
+    ids = run_ranks(_from_torch, world=2, make_comm=False, args=(str(tmp_path / "store"),))
+    assert ids[0] == ids[1] and ids[0].startswith("torch-")
