@@ -94,6 +94,7 @@ inline int fork_ranks(int n, const std::function<int(int)>& body, std::chrono::s
     }
     if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);  // no orphan ranks when the supervisor dies
+      signal(SIGPIPE, SIG_IGN);  // output piped into `head` must not kill a rank before its cleanup
       int rc = 1;
       try {
         rc = body(r);

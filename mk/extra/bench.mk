@@ -3,3 +3,7 @@ EXTRA_TESTS += test-bench
 .PHONY: test-bench
 test-bench: benchmarks
 	bash tests/bench/check_benchmarks.sh $(BUILD)/bin
+
+# The benchmark binaries are built without dependency files: rebuild them when a shared helper
+# header (benchmarks/common) changes.
+$(BENCH_BINS) $(if $(MICRO_SRCS),$(BUILD)/bin/bench_micro): $(wildcard benchmarks/common/*.h)
