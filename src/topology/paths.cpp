@@ -43,18 +43,32 @@ bool CpuInfo::is_amd_x86() const {
   return vendor == "AuthenticAMD" && (arch.empty() || arch == "x86_64");
 }
 
-std::string normalize_bus_id(const std::string& text) {
-  unsigned dom = 0, bus = 0, dev = 0, fn = 0;
-  char tail = 0;
-  const char* s = text.c_str();
-  // "dddd:bb:dd.f" with a domain of any width (NVML writes 8 digits), or "bb:dd.f".
-  if (std::sscanf(s, "%x:%x:%x.%x%c", &dom, &bus, &dev, &fn, &tail) == 4) {
-  } else if (std::sscanf(s, "%x:%x.%x%c", &bus, &dev, &fn, &tail) == 3) {
-    dom = 0;
-  } else {
-    return "";
+namespace {
+// Reads 1..max_digits hex digits at s[*i]; strict (no "0x", no sign, unlike sscanf's %x).
+bool hex_field(const std::string& s, size_t* i, size_t max_digits, unsigned* out) {
+  size_t n = 0;
+  unsigned v = 0;
+  while (*i < s.size() && std::isxdigit(static_cast<unsigned char>(s[*i])) && n < max_digits) {
+    const char c = static_cast<char>(std::tolower(static_cast<unsigned char>(s[*i])));
+    v = v * 16 + static_cast<unsigned>(c <= '9' ? c - '0' : c - 'a' + 10);
+    ++*i;
+    ++n;
   }
-  if (dom > 0xffff || bus > 0xff || dev > 0x1f || fn > 7) return "";
+  *out = v;
+  return n > 0;
+}
+}  // namespace
+
+std::string normalize_bus_id(const std::string& text) {
+  // "dddd:bb:dd.f" with a domain of up to 8 digits (NVML writes 8), or "bb:dd.f".
+  unsigned dom = 0, bus = 0, dev = 0, fn = 0;
+  size_t i = 0;
+  const bool has_domain = std::count(text.begin(), text.end(), ':') == 2;
+  if (has_domain && (!hex_field(text, &i, 8, &dom) || i >= text.size() || text[i++] != ':')) return "";
+  if (!hex_field(text, &i, 2, &bus) || i >= text.size() || text[i++] != ':') return "";
+  if (!hex_field(text, &i, 2, &dev) || i >= text.size() || text[i++] != '.') return "";
+  if (!hex_field(text, &i, 1, &fn) || i != text.size()) return "";
+  if (dom > 0xffff || dev > 0x1f || fn > 7) return "";
   char buf[32];
   std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.%x", dom, bus, dev, fn);
   return buf;
