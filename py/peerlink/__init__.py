@@ -8,7 +8,13 @@
 See Communicator for the full API, peerlink.launch for running n local processes.
 """
 from ._version import __version__
-from . import _peerlink
+
+try:
+    from . import _peerlink
+except ImportError as _e:  # a source tree without its extension, or a broken install
+    raise ImportError(f"peerlink: the compiled extension could not be loaded ({_e}); install the "
+                      "package with `pip install ./py` (or build it in place with "
+                      "`python setup.py build_ext --inplace` in py/)") from _e
 from ._peerlink import (
     Error,
     InvalidArgument,
