@@ -110,7 +110,7 @@ if run "p2p_matrix host 2x2" 0 "$BIN/p2p_matrix" --gpus -1,-1 -s 256K -n 3 --lat
 fi
 
 if [ -x "$BIN/bench_micro" ]; then
-  if run "bench_micro" 0 "$BIN/bench_micro" --benchmark_min_time=0.01s; then
+  if run "bench_micro" 0 "$BIN/bench_micro" --benchmark_min_time=0.01; then
     if has '^BM_' && ! has 'ERROR OCCURRED'; then ok "bench_micro"; else bad "bench_micro output"; fi
   fi
 fi
