@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "common/log.h"
+#include "gpu/runtime.h"
 #include "topology/report.h"
 
 namespace peerlink::topology {
@@ -63,7 +64,7 @@ std::string render_text(const System& sys, const Level& level, const std::vector
     << (c.generation == "unknown" ? " (unknown CPU: conservative)" : "") << "\n";
   o << "P2P level: " << path_name(level.level) << " (" << level.why << ")\n";
   if (n == 0) {
-    o << "no GPUs: nothing to decide.\n";
+    o << "no GPUs found (GPU runtime: " << gpu::runtime_name() << "): nothing to decide.\n";
   } else {
     o << "\n" << pad("", 8);
     for (size_t b = 0; b < n; ++b) o << pad(cat("GPU", b), 8);
