@@ -111,6 +111,10 @@ TEST(AllreduceHost, PeerDeathIsPeerLost) {
                     peerlink::PeerLostError);
   });
   EXPECT_EQ(fail, "");
+  // The dead rank's own allocations (scratch segments) cannot be unlinked by it; remove them as a
+  // cleanup tool would, then nothing of this job may remain.
+  peerlink::common::remove_stale_segments(peerlink::common::shm_prefix_for(uid));
+  EXPECT_TRUE(leftover_segments(uid).empty());
 }
 
 // A live peer that does not join is a TimeoutError after Options::timeout, not a hang.

@@ -1,0 +1,223 @@
+// Allreduce on GPUs (2 ranks, device = rank). Runs only when PEERLINK_TEST_GPUS >= 2 (set by
+// scripts/gpu_collectives.sh); the parent never touches the GPU runtime before forking.
+// Buffers come from plain device allocations (not Communicator::alloc): any device memory works.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "allreduce_harness.h"
+#include "gpu/runtime.h"
+#include "peerlink/peerlink.h"
+#include "support/mp.h"
+
+namespace {
+
+using namespace pltest;
+using namespace pltest::coll;
+using peerlink::Communicator;
+using peerlink::Options;
+namespace gpu = peerlink::gpu;
+
+bool have_gpus() {
+  const char* v = std::getenv("PEERLINK_TEST_GPUS");
+  return v && std::atoi(v) >= 2;
+}
+#define REQUIRE_GPUS() \
+  if (!have_gpus()) GTEST_SKIP() << "set PEERLINK_TEST_GPUS=2 on a machine with 2 GPUs"
+
+Options opts(const char* algo, int timeout_ms = 30000) {
+  Options o = Options::from_env();
+  o.allreduce_algo = algo;
+  o.timeout = std::chrono::milliseconds(timeout_ms);
+  return o;
+}
+
+struct DevBuf {
+  void* p = nullptr;
+  explicit DevBuf(size_t bytes) { p = gpu::device_malloc(bytes ? bytes : 1); }
+  ~DevBuf() { gpu::device_free(p); }
+};
+
+// Every dtype with sum/max (f32 and bf16 with all ops), sizes from 1 element to multi-step.
+TEST(AllreduceGpu, CorrectnessAllAlgos) {
+  REQUIRE_GPUS();
+  const std::vector<size_t> sizes = {1, 3, 1001, 4099, 65537, 300001, 9000001};
+  const DataType types[] = {DataType::BF16, DataType::F32, DataType::F16, DataType::F64, DataType::I32, DataType::I64};
+  // Per algorithm: (bf16, f32) x 4 ops + 4 types x 2 ops = 16 combos x 6 sizes, + 4 sum cases at 9M.
+  const int kCases = 4 * (16 * 6 + 4);
+  HashTable hashes(2, kCases);
+  std::string uid = unique_test_id("gar");
+  std::string fail = run_ranks(2, [&](int rank) {
+    gpu::set_device(rank);
+    int c = 0;
+    for (const char* algo : {"oneshot", "twoshot", "bandwidth", ""}) {
+      Communicator comm(uid + algo, rank, 2, rank, opts(algo));
+      gpu::Stream s = gpu::stream_create();
+      for (DataType t : types)
+        for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod}) {
+          bool all_ops = t == DataType::F32 || t == DataType::BF16;
+          if (!all_ops && (op == ReduceOp::Min || op == ReduceOp::Prod)) continue;
+          for (size_t n : sizes) {
+            if (n > 300001 && (op != ReduceOp::Sum || t == DataType::F64 || t == DataType::I64)) continue;
+            size_t es = peerlink::dtype_size(t), bytes = n * es;
+            std::vector<unsigned char> in(bytes), out(bytes);
+            fill_input(in.data(), n, 500 + c, rank, t, op);
+            DevBuf din(bytes), dout(bytes);
+            gpu::memcpy_sync(din.p, in.data(), bytes);
+            bool in_place = c % 2 == 1;
+            void* dst = in_place ? din.p : dout.p;
+            peerlink::allreduce(comm, din.p, dst, n, t, op, s);
+            gpu::stream_sync(s);
+            peerlink::allreduce_check(comm);
+            gpu::memcpy_sync(out.data(), dst, bytes);
+            std::string what = std::string(algo) + " " + peerlink::to_string(t) + " " + peerlink::to_string(op) +
+                               " count " + std::to_string(n) + (in_place ? " in place" : "");
+            check_result(out.data(), n, 500 + c, 2, t, op, what);
+            hashes.put(rank, c, fnv1a(out.data(), bytes) | 1);
+            ++c;
+          }
+        }
+      gpu::stream_destroy(s);
+    }
+    MP_CHECK_MSG(c == kCases, "ran " << c << " cases, expected " << kCases);
+  }, std::chrono::milliseconds(240000));
+  EXPECT_EQ(fail, "");
+  EXPECT_EQ(hashes.mismatch(kCases), "");
+}
+
+// Back-to-back in-place f64 sums with no host sync in between: the value doubles every call, so a
+// stale or early read gives a wrong power of two. Also across two streams used alternately.
+void doubling(int rank, Communicator& comm, size_t n, int calls, bool two_streams, const std::string& what) {
+  std::vector<double> h(n);
+  for (size_t i = 0; i < n; ++i) h[i] = double(1 + (i % 7)) * (rank + 1);  // sum over ranks: 3*(1+i%7)
+  DevBuf d(n * 8);
+  gpu::memcpy_sync(d.p, h.data(), n * 8);
+  gpu::Stream s1 = gpu::stream_create(), s2 = gpu::stream_create();
+  for (int k = 0; k < calls; ++k)
+    peerlink::allreduce(comm, d.p, d.p, n, DataType::F64, ReduceOp::Sum, (two_streams && k % 2) ? s2 : s1);
+  gpu::stream_sync(s1);
+  gpu::stream_sync(s2);
+  peerlink::allreduce_check(comm);
+  gpu::memcpy_sync(h.data(), d.p, n * 8);
+  for (size_t i = 0; i < n; ++i) {
+    double want = std::ldexp(3.0 * double(1 + (i % 7)), calls - 1);
+    MP_CHECK_MSG(h[i] == want, what << ": element " << i << " = " << h[i] << ", want " << want);
+  }
+  gpu::stream_destroy(s1);
+  gpu::stream_destroy(s2);
+}
+
+TEST(AllreduceGpu, BackToBackAndTwoStreams) {
+  REQUIRE_GPUS();
+  std::string uid = unique_test_id("gar-b2b");
+  std::string fail = run_ranks(2, [&](int rank) {
+    gpu::set_device(rank);
+    Communicator comm(uid, rank, 2, rank, opts(""));
+    for (size_t n : {1, 1000, 65536, 1 << 20, 5 << 20}) {
+      doubling(rank, comm, n, 1000, false, "one stream n=" + std::to_string(n));
+      doubling(rank, comm, n, 1000, true, "two streams n=" + std::to_string(n));
+    }
+  }, std::chrono::milliseconds(240000));
+  EXPECT_EQ(fail, "");
+}
+
+// Captured allreduces replay correctly: sequence numbers advance on the device.
+TEST(AllreduceGpu, GraphCapture) {
+  REQUIRE_GPUS();
+  std::string uid = unique_test_id("gar-graph");
+  std::string fail = run_ranks(2, [&](int rank) {
+    gpu::set_device(rank);
+    for (const char* algo : {"oneshot", "twoshot", "bandwidth"}) {
+      Communicator comm(uid + algo, rank, 2, rank, opts(algo));
+      size_t n = 100003;
+      DevBuf in(n * 4), out(n * 4), dbl(n * 8);
+      std::vector<float> h(n), r(n);
+      std::vector<double> hd(n, 1.0 + rank);
+      gpu::memcpy_sync(dbl.p, hd.data(), n * 8);
+      gpu::Stream s = gpu::stream_create();
+      peerlink::allreduce(comm, in.p, out.p, n, DataType::F32, ReduceOp::Sum, s);  // setup outside capture
+      gpu::stream_sync(s);
+      gpu::stream_begin_capture(s);
+      peerlink::allreduce(comm, in.p, out.p, n, DataType::F32, ReduceOp::Sum, s);
+      for (int k = 0; k < 4; ++k) peerlink::allreduce(comm, dbl.p, dbl.p, n, DataType::F64, ReduceOp::Sum, s);
+      gpu::GraphExec g = gpu::stream_end_capture(s);
+      for (int rep = 0; rep < 25; ++rep) {
+        for (size_t i = 0; i < n; ++i) h[i] = float((rep * 13 + rank * 5 + int(i)) % 97 + 1);
+        gpu::memcpy_sync(in.p, h.data(), n * 4);
+        gpu::graph_launch(g, s);
+        gpu::stream_sync(s);
+        peerlink::allreduce_check(comm);
+        gpu::memcpy_sync(r.data(), out.p, n * 4);
+        for (size_t i = 0; i < n; ++i) {
+          float want = float((rep * 13 + int(i)) % 97 + 1) + float((rep * 13 + 5 + int(i)) % 97 + 1);
+          MP_CHECK_MSG(r[i] == want, algo << " replay " << rep << " element " << i << ": " << r[i] << " != " << want);
+        }
+      }
+      gpu::memcpy_sync(hd.data(), dbl.p, n * 8);
+      MP_CHECK_MSG(hd[n - 1] == std::ldexp(3.0, 99), algo << ": after 100 captured doublings " << hd[n - 1]);
+      gpu::graph_destroy(g);
+      gpu::stream_destroy(s);
+    }
+  }, std::chrono::milliseconds(120000));
+  EXPECT_EQ(fail, "");
+}
+
+// A rank that skips a call: the other rank's kernel gives up after the timeout, the host reports it.
+TEST(AllreduceGpu, DeviceTimeoutIsReported) {
+  REQUIRE_GPUS();
+  std::string uid = unique_test_id("gar-timeout");
+  std::string fail = run_ranks(2, [&](int rank) {
+    gpu::set_device(rank);
+    Communicator comm(uid, rank, 2, rank, opts("", 500));
+    DevBuf d(4096);
+    gpu::Stream s = gpu::stream_create();
+    peerlink::allreduce(comm, d.p, d.p, 1024, DataType::F32, ReduceOp::Max, s);
+    gpu::stream_sync(s);
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+      return;
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    peerlink::allreduce(comm, d.p, d.p, 1024, DataType::F32, ReduceOp::Max, s);
+    gpu::stream_sync(s);
+    MP_CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(2500));
+    MP_CHECK_THROWS(peerlink::allreduce_check(comm), peerlink::TimeoutError, "rank 1");
+    MP_CHECK_THROWS(peerlink::allreduce(comm, d.p, d.p, 1024, DataType::F32, ReduceOp::Max, s),
+                    peerlink::TimeoutError);
+    gpu::stream_destroy(s);
+  }, std::chrono::milliseconds(60000));
+  EXPECT_EQ(fail, "");
+}
+
+}  // namespace
+
+namespace {
+// Small and quick: what scripts/gpu_collectives.sh runs under compute-sanitizer.
+TEST(AllreduceGpu, SanitizerSmall) {
+  REQUIRE_GPUS();
+  std::string uid = unique_test_id("gar-san");
+  std::string fail = run_ranks(2, [&](int rank) {
+    gpu::set_device(rank);
+    for (const char* algo : {"oneshot", "twoshot"}) {
+      Communicator comm(uid + algo, rank, 2, rank, opts(algo, 60000));
+      size_t n = 1001;
+      std::vector<float> h(n), r(n);
+      DevBuf d(n * 4);
+      gpu::Stream s = gpu::stream_create();
+      for (int k = 0; k < 3; ++k) {
+        for (size_t i = 0; i < n; ++i) h[i] = float(k + rank + 1 + int(i % 5));
+        gpu::memcpy_sync(d.p, h.data(), n * 4);
+        peerlink::allreduce(comm, d.p, d.p, n, DataType::F32, ReduceOp::Sum, s);
+        gpu::stream_sync(s);
+        gpu::memcpy_sync(r.data(), d.p, n * 4);
+        for (size_t i = 0; i < n; ++i) MP_CHECK(r[i] == float(2 * (k + int(i % 5)) + 3));
+      }
+      gpu::stream_destroy(s);
+    }
+  }, std::chrono::milliseconds(120000));
+  EXPECT_EQ(fail, "");
+}
+}  // namespace
