@@ -24,6 +24,7 @@
 // and the implementation land separately); run_rank reports peerlink as unavailable then.
 namespace peerlink {
 void allreduce(Communicator&, const void*, void*, size_t, DataType, ReduceOp, void*) __attribute__((weak));
+void allreduce_check(Communicator&) __attribute__((weak));
 }
 #else
 #define BENCH_HAVE_PEERLINK_ALLREDUCE 0
@@ -131,14 +132,14 @@ class RankRunner {
       host_.assign(bytes, 0xA5);  // the receive buffer starts as garbage: no earlier result passes
       be_.copy_sync(recv, host_.data(), bytes);
       impl.run(send, recv, count, stream_);
-      sync();
+      sync(impl);
       if (c_.inject_error && me == 0) {
         std::fill(host_.begin(), host_.begin() + bench::dt_size(c_.dt), 0x00);
         be_.copy_sync(recv, host_.data(), bench::dt_size(c_.dt));
       }
       if (c_.check) row.wrong += check(recv, count, seed);
       for (int i = 0; i < c_.warmup; ++i) impl.run(send, recv, count, stream_);
-      sync();
+      sync(impl);
       peerlink::gpu::GraphExec graph = nullptr;
       if (c_.graph) {
         peerlink::gpu::stream_begin_capture(stream_);
@@ -150,13 +151,13 @@ class RankRunner {
         }
         graph = peerlink::gpu::stream_end_capture(stream_);
         peerlink::gpu::graph_launch(graph, stream_);  // uploads the graph, untimed
-        sync();
+        sync(impl);
       }
       comm_.barrier();
       auto t0 = Clock::now();
       if (graph) peerlink::gpu::graph_launch(graph, stream_);
       else for (int i = 0; i < c_.iters; ++i) impl.run(send, recv, count, stream_);
-      sync();
+      sync(impl);
       row.time_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / c_.iters;
       if (graph) peerlink::gpu::graph_destroy(graph);
       if (c_.check) row.wrong += check(recv, count, seed);  // the timed ops rewrote the same result
@@ -168,8 +169,9 @@ class RankRunner {
   }
 
  private:
-  void sync() {
+  void sync(const Impl& impl) {
     if (stream_) peerlink::gpu::stream_sync(stream_);
+    if (impl.after_sync) impl.after_sync();
   }
   uint64_t check(void* recv, size_t count, uint64_t seed) {
     const size_t bytes = count * bench::dt_size(c_.dt);
@@ -223,9 +225,14 @@ void setup_nccl(peerlink::Communicator& comm, const std::vector<int>& devs, Impl
   if (me == 0) std::printf("# nccl version %d (NCCL_NVLS_ENABLE=%s)\n", l->version(), std::getenv("NCCL_NVLS_ENABLE"));
 }
 
-int run_rank(const Config& c, const std::string& uid, int rank, const std::vector<int>& devs) {
+int run_rank(const Config& c_in, const std::string& uid, int rank, const std::vector<int>& devs) {
   const int n = static_cast<int>(devs.size());
   const int dev = devs[rank];
+  if (dev < 0 && c_in.graph) {
+    if (rank == 0) std::printf("# -G ignored: graph capture needs GPUs (host backend)\n");
+  }
+  Config c = c_in;
+  if (dev < 0) c.graph = 0;
   peerlink::Communicator comm(uid, rank, n, dev);
   void* stream = nullptr;
   if (dev >= 0) {
@@ -241,6 +248,7 @@ int run_rank(const Config& c, const std::string& uid, int rank, const std::vecto
   pl.run = [&](const void* s, void* r, size_t count, void* st) {
     peerlink::allreduce(comm, s, r, count, to_pl(c.dt), to_pl(c.op), st);
   };
+  if (&peerlink::allreduce_check != nullptr) pl.after_sync = [&comm] { peerlink::allreduce_check(comm); };
 #else
   pl.why = "include/peerlink/collectives.h not present in this build";
 #endif

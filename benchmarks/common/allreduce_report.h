@@ -21,6 +21,7 @@ struct ArImpl {
   bool available = false;
   std::string why;  // when unavailable
   std::function<void(const void*, void*, size_t, void*)> run;
+  std::function<void()> after_sync;  // surfaces errors a stream-ordered op recorded (optional)
 };
 
 struct ArRow {
