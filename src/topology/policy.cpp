@@ -89,6 +89,10 @@ Decision decide(const Options& opts, const System& sys, const Level& level, int 
     return relay(d, cat(path_name(link.path), " is above P2P level ", path_name(level.level), " (", level.why,
                         "); PEERLINK_P2P_LEVEL=", path_name(link.path), " would allow it", how));
   }
+  if (live && live->applies && !live->applies(a, b)) {
+    d.reason += "; no live check (a GPU of the pair is not visible to this process)";
+    return d;
+  }
   if (live && live->can_access_peer) {
     const bool ab = live->can_access_peer(a, b), ba = live->can_access_peer(b, a);
     if (!ab || !ba)

@@ -12,6 +12,9 @@ namespace peerlink::topology {
 
 // What the live machine says about a pair; only consulted for pairs the policy would make direct.
 struct LiveChecks {
+  // False when the pair's GPUs are not this process's runtime devices (then nothing is checked and
+  // the reason says so). Unset: always applies.
+  std::function<bool(int a, int b)> applies;
   std::function<bool(int a, int b)> can_access_peer;  // the runtime's peer-access answer (a -> b)
   std::function<std::string(int a, int b)> copy_check;  // "" when a real copy a<->b came back intact
 };

@@ -35,6 +35,9 @@ struct ProbeOptions {
   // the PCI display/3D devices of NVIDIA or AMD under root (bus id order) and the CPU comes from
   // root/proc/cpuinfo.
   enum class Live { Auto, Yes, No } live = Live::Auto;
+  // Explicit GPU list (bus ids, any spelling): used instead of the runtime or the class scan. The
+  // System is then not "live" (its indices are not runtime devices).
+  std::vector<std::string> bus_ids;
   // NVLink endpoints; unset: NVML (then the runtime's P2P hint) for "/", nothing for a fixture.
   NvLinkSource nvlinks;
 };

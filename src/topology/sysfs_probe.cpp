@@ -184,7 +184,12 @@ System probe_sysfs(const ProbeOptions& opts) {
 
   std::vector<std::string> bus_ids;
   int runtime_gpus = 0;
-  if (live) {
+  if (!opts.bus_ids.empty()) {
+    for (const std::string& id : opts.bus_ids) {
+      bus_ids.push_back(normalize_bus_id(id));
+      if (bus_ids.back().empty()) sys.warnings.push_back(cat("'", id, "' is not a PCI bus id"));
+    }
+  } else if (live) {
     runtime_gpus = gpu::device_count();
     for (int i = 0; i < runtime_gpus; ++i) {
       std::string id;
@@ -196,9 +201,9 @@ System probe_sysfs(const ProbeOptions& opts) {
       bus_ids.push_back(id);
     }
   }
-  if (runtime_gpus == 0 && !root_real.empty()) bus_ids = scan_gpus(root_real);
+  if (opts.bus_ids.empty() && runtime_gpus == 0 && !root_real.empty()) bus_ids = scan_gpus(root_real);
   sys.live = live && runtime_gpus > 0;
-  if (live && runtime_gpus == 0 && !bus_ids.empty())
+  if (live && opts.bus_ids.empty() && runtime_gpus == 0 && !bus_ids.empty())
     sys.warnings.push_back(cat("the GPU runtime (", gpu::runtime_name(), ") sees no device; listing the ",
                                bus_ids.size(), " GPUs found in sysfs instead"));
 

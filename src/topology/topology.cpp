@@ -57,32 +57,36 @@ System load_system(const Options& opts) {
 LiveChecks cached_live_checks(const System& sys) {
   const int count = gpu::device_count();
   if (count <= 0) return {};
-  // Only GPUs that are this process's runtime devices are checked (an XML may describe another box).
-  std::vector<bool> mine(sys.gpus.size(), false);
-  for (size_t i = 0; i < sys.gpus.size() && static_cast<int>(i) < count; ++i) {
+  // System index -> runtime device index, by bus id: an XML or an explicit bus id list may order
+  // GPUs differently, or name GPUs this process cannot see (those are not checked).
+  std::vector<int> runtime_index(sys.gpus.size(), -1);
+  for (int r = 0; r < count; ++r) {
+    std::string bus;
     try {
-      mine[i] = normalize_bus_id(gpu::pci_bus_id(static_cast<int>(i))) == sys.gpus[i].bus_id;
+      bus = normalize_bus_id(gpu::pci_bus_id(r));
     } catch (const std::exception&) {
+      continue;
     }
+    for (size_t i = 0; i < sys.gpus.size(); ++i)
+      if (!bus.empty() && sys.gpus[i].bus_id == bus) runtime_index[i] = r;
   }
-  auto ours = [mine](int a, int b) {
-    return a >= 0 && b >= 0 && a < static_cast<int>(mine.size()) && b < static_cast<int>(mine.size()) && mine[a] &&
-           mine[b];
+  auto rt = [runtime_index](int i) {
+    return i >= 0 && i < static_cast<int>(runtime_index.size()) ? runtime_index[i] : -1;
   };
   std::vector<std::string> bus;
   for (const Gpu& g : sys.gpus) bus.push_back(g.bus_id);
   const LiveChecks runtime = runtime_live_checks();
   LiveChecks c;
-  c.can_access_peer = [ours, runtime](int a, int b) { return !ours(a, b) || runtime.can_access_peer(a, b); };
-  c.copy_check = [ours, runtime, bus](int a, int b) -> std::string {
-    if (!ours(a, b)) return "";
+  c.applies = [rt](int a, int b) { return rt(a) >= 0 && rt(b) >= 0; };
+  c.can_access_peer = [rt, runtime](int a, int b) { return runtime.can_access_peer(rt(a), rt(b)); };
+  c.copy_check = [rt, runtime, bus](int a, int b) -> std::string {
     const std::string key = a < b ? bus[a] + "|" + bus[b] : bus[b] + "|" + bus[a];
     {
       std::lock_guard<std::mutex> lk(g_mu);
       auto it = g_copy_checks.find(key);
       if (it != g_copy_checks.end()) return it->second;
     }
-    std::string result = runtime.copy_check(a, b);
+    std::string result = runtime.copy_check(rt(a), rt(b));
     std::lock_guard<std::mutex> lk(g_mu);
     return g_copy_checks.emplace(key, result).first->second;
   };
@@ -111,6 +115,57 @@ PairDecision decide_pair(const Options& opts, int dev_a, int dev_b) {
   common::log_line(LogLevel::Trace, opts.log_level,
                    cat("topology: GPU", dev_a, " <-> GPU", dev_b, ": ", path_name(d.path), " ",
                        d.direct ? "direct" : "relay", " - ", d.reason));
+  return to_public(d);
+}
+
+PairDecision decide_pair_by_bus_id(const Options& opts, const std::string& bus_a, const std::string& bus_b) {
+  const std::string a = normalize_bus_id(bus_a), b = normalize_bus_id(bus_b);
+  System sys;
+  if (!opts.topo_file.empty()) {
+    sys = load_system(opts);
+  } else {
+    // Only these two GPUs, located in sysfs (this process may see neither through the runtime).
+    const std::string key = cat("pair:", a, "|", b);
+    std::unique_lock<std::mutex> lk(g_mu);
+    auto it = g_systems.find(key);
+    if (it != g_systems.end()) {
+      sys = it->second;
+    } else {
+      lk.unlock();
+      ProbeOptions po;
+      po.bus_ids = {a, b};
+      try {
+        sys = probe_sysfs(po);
+      } catch (const std::exception& e) {
+        sys = System{};
+        sys.warnings.push_back(cat("topology probe failed: ", e.what()));
+      }
+      log_warnings(opts, sys);
+      lk.lock();
+      sys = g_systems.emplace(key, std::move(sys)).first->second;
+    }
+  }
+  int ia = -1, ib = -1;
+  for (const Gpu& g : sys.gpus) {
+    if (!a.empty() && g.bus_id == a) ia = g.index;
+    if (!b.empty() && g.bus_id == b) ib = g.index;
+  }
+  const Level level = p2p_level(opts, sys);
+  if (ia < 0 || ib < 0) {
+    PairDecision d{ia, ib, "SYS", false,
+                   cat("GPU ", ia < 0 ? bus_a : bus_b, " is not in the topology from ", sys.source, "; relay to be safe")};
+    if (!bus_a.empty() && a == b) d = PairDecision{ia, ib, "LOC", true, "same GPU"};
+    return d;
+  }
+  const LiveChecks live = cached_live_checks(sys);
+  Decision d;
+  try {
+    d = decide(opts, sys, level, ia, ib, live.can_access_peer ? &live : nullptr);
+  } catch (const std::exception& e) {
+    d.a = ia;
+    d.b = ib;
+    d.reason = cat("topology decision failed (", e.what(), "); relay to be safe");
+  }
   return to_public(d);
 }
 

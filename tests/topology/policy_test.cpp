@@ -146,6 +146,43 @@ TEST(TopologyPolicy, PublicDecidePairFromTopoFile) {
   EXPECT_NO_THROW(decide_pair(o, 0, 1));
 }
 
+TEST(TopologyPolicy, DecideByBusIdForOneGpuPerProcess) {
+  Options o;
+  o.log_level = LogLevel::None;
+  o.topo_file = xml_fixture("turin_8gpu");
+  PairDecision d = decide_pair_by_bus_id(o, "0000:01:00.0", "00000000:41:00.0");
+  EXPECT_EQ(d.a, 0);
+  EXPECT_EQ(d.b, 2);
+  EXPECT_EQ(d.path, "PHB");
+  EXPECT_TRUE(d.direct);
+  d = decide_pair_by_bus_id(o, "0000:01:00.0", "0000:C1:00.0");
+  EXPECT_EQ(d.path, "SYS");
+  EXPECT_FALSE(d.direct);
+  d = decide_pair_by_bus_id(o, "0000:01:00.0", "0000:55:00.0");
+  EXPECT_FALSE(d.direct);
+  EXPECT_NE(d.reason.find("0000:55:00.0 is not in the topology"), std::string::npos) << d.reason;
+  EXPECT_FALSE(decide_pair_by_bus_id(o, "garbage", "0000:01:00.0").direct);
+  // This machine's sysfs (no such GPUs in CI): unknown path, relay, no throw.
+  o.topo_file.clear();
+  if (gpu::device_count() == 0) {
+    d = decide_pair_by_bus_id(o, "0000:fe:1f.0", "0000:fe:1e.0");
+    EXPECT_FALSE(d.direct);
+    EXPECT_NE(d.reason.find("path unknown"), std::string::npos) << d.reason;
+  }
+}
+
+TEST(TopologyPolicy, LiveChecksSkippedForGpusThisProcessCannotSee) {
+  const System s = probe_fixture("turin_2gpu");
+  Options o;
+  LiveChecks live;
+  live.applies = [](int, int) { return false; };
+  live.can_access_peer = [](int, int) { return false; };
+  live.copy_check = [](int, int) { return std::string("must not run"); };
+  const Decision d = decide(o, s, p2p_level(o, s), 0, 1, &live);
+  EXPECT_TRUE(d.direct);
+  EXPECT_NE(d.reason.find("no live check"), std::string::npos) << d.reason;
+}
+
 TEST(TopologyPolicy, OptionsFromEnvDrivesTheDecision) {
   setenv("PEERLINK_TOPO_FILE", xml_fixture("intel_2switch").c_str(), 1);
   setenv("PEERLINK_P2P_LEVEL", "PHB", 1);
