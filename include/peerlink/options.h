@@ -41,7 +41,8 @@ struct Options {
   // Relay staging ring geometry per ordered pair (PEERLINK_RELAY_CHUNK_BYTES, PEERLINK_RELAY_SLOTS).
   size_t relay_chunk_bytes = size_t(4) << 20;
   int relay_slots = 4;
-  // Messages at or above this size are striped over several copy streams (GPU only).
+  // Messages at or above this size are striped over several copy streams (GPU only)
+  // (PEERLINK_STRIPE_THRESHOLD, PEERLINK_STRIPE_STREAMS).
   size_t stripe_threshold = size_t(8) << 20;
   int stripe_streams = 4;
   // Fault injection for tests: the higher rank of every pair never opens the done_seq channel

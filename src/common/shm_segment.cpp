@@ -141,7 +141,8 @@ Segment Segment::try_create(const std::string& name, size_t payload_bytes, uint6
   if (name.empty() || name.size() > 200 || name.find('/') != std::string::npos)
     throw InvalidArgument(cat("invalid SHM segment name '", name, "'"));
   ProcId me = self_proc_id();
-  std::string tmp = cat(path_of(name), ".tmp.", me.pid);
+  static std::atomic<uint64_t> tmp_counter{0};  // two communicators of one process create at once
+  std::string tmp = cat(path_of(name), ".tmp.", me.pid, ".", tmp_counter.fetch_add(1));
   int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) throw Error(cat("cannot create SHM segment ", tmp, ": ", errno_text(errno)));
   size_t bytes = kSegmentHeaderBytes + payload_bytes;
@@ -244,7 +245,7 @@ int remove_stale_segments(const std::string& prefix) {
     bool tmp_file = n.find(".tmp.") != std::string::npos;
     bool stale;
     if (tmp_file) {  // a creator that died before publishing: the pid is in the name
-      int pid = std::atoi(n.substr(n.rfind('.') + 1).c_str());
+      int pid = std::atoi(n.substr(n.find(".tmp.") + 5).c_str());
       stale = pid <= 0 || process_start_time(pid) == 0;
     } else {
       stale = got != static_cast<ssize_t>(sizeof h) || h.magic != kSegmentMagic ||

@@ -37,6 +37,9 @@ class CopyQueue {
   // Enqueues dst <- src; striped over the queue's lanes when `stripe` is set. Returns a ticket.
   virtual uint64_t copy(void* dst, const void* src, size_t bytes, bool stripe) = 0;
   virtual bool done(uint64_t ticket) = 0;  // throws on a device error
+  // Stream-ordered store of `value` to `host_addr` (pinned host memory) once every copy enqueued
+  // so far has landed. False when the backend cannot (host: the caller stores from the CPU).
+  virtual bool signal_after(uint64_t* host_addr, uint64_t value) { return false; }
   virtual void wait_all() = 0;
 };
 

@@ -49,7 +49,9 @@ class DeviceCopyQueue final : public CopyQueue {
   uint64_t copy(void* dst, const void* src, size_t bytes, bool stripe) override {
     ensure_device(dev_);
     Stream main = lanes_[0];
-    if (!stripe || lanes_.size() == 1 || bytes < lanes_.size() * 4096) {
+    if (bytes == 0) {
+      // nothing to copy; the ticket still orders after earlier work
+    } else if (!stripe || lanes_.size() == 1 || bytes < lanes_.size() * 4096) {
       memcpy_async(dst, src, bytes, main);
     } else {
       // Fork: every lane starts after earlier work on the main lane; join before the ticket event.
@@ -90,6 +92,14 @@ class DeviceCopyQueue final : public CopyQueue {
     return true;
   }
 
+  bool signal_after(uint64_t* host_addr, uint64_t value) override {
+    ensure_device(dev_);
+    auto it = device_addr_.find(host_addr);
+    void* d = it != device_addr_.end() ? it->second : (device_addr_[host_addr] = host_device_pointer(host_addr));
+    stream_write_value64(lanes_[0], d, value);
+    return true;
+  }
+
   void wait_all() override {
     ensure_device(dev_);
     for (Stream s : lanes_) stream_sync(s);
@@ -104,6 +114,7 @@ class DeviceCopyQueue final : public CopyQueue {
   std::deque<std::pair<uint64_t, Event>> pending_;
   std::vector<Event> free_events_;
   uint64_t issued_ = 0;
+  std::map<uint64_t*, void*> device_addr_;
 };
 
 class DeviceBackend final : public Backend {

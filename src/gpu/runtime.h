@@ -54,6 +54,11 @@ void memset_sync(void* dst, int value, size_t bytes);
 
 void host_register(void* p, size_t bytes);  // pin (page-lock) host memory, e.g. a relay ring
 void host_unregister(void* p);
+// Device-visible address of registered host memory (for stream_write_value64).
+void* host_device_pointer(void* p);
+// Stream-ordered 64-bit store into device-visible memory, after a system-wide memory barrier: the
+// copy engine's completion signal without a CPU round trip.
+void stream_write_value64(Stream s, void* device_addr, uint64_t value);
 
 }  // namespace peerlink::gpu
 

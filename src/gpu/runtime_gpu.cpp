@@ -228,11 +228,35 @@ void memcpy_async(void* dst, const void* src, size_t bytes, Stream s) {
 }
 void memcpy_sync(void* dst, const void* src, size_t bytes) {
   CHECK(RT(Memcpy)(dst, src, bytes, RT(MemcpyDefault)));
+  // From pageable memory cudaMemcpy may return before the DMA landed; work on non-blocking
+  // streams would not wait for it. "Synchronous" here means landed.
+  CHECK(RT(DeviceSynchronize)());
 }
-void memset_sync(void* dst, int value, size_t bytes) { CHECK(RT(Memset)(dst, value, bytes)); }
+void memset_sync(void* dst, int value, size_t bytes) {
+  CHECK(RT(Memset)(dst, value, bytes));
+  CHECK(RT(DeviceSynchronize)());
+}
 
 void host_register(void* p, size_t bytes) {
-  CHECK(RT(HostRegister)(p, bytes, RT(HostRegisterPortable)));
+  CHECK(RT(HostRegister)(p, bytes, RT(HostRegisterPortable) | RT(HostRegisterMapped)));
+}
+
+void* host_device_pointer(void* p) {
+  void* d = nullptr;
+  CHECK(RT(HostGetDevicePointer)(&d, p, 0));
+  return d;
+}
+
+void stream_write_value64(Stream s, void* device_addr, uint64_t value) {
+#if defined(PEERLINK_HIP)
+  CHECK(hipStreamWriteValue64(static_cast<hipStream_t>(s), device_addr, value, 0));
+#else
+  using WriteFn = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+  static WriteFn fn = driver_fn<WriteFn>("cuStreamWriteValue64");  // resolved once: a pure function pointer
+  CUresult e = fn(static_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(device_addr), value,
+                  CU_STREAM_WRITE_VALUE_DEFAULT);
+  if (e != CUDA_SUCCESS) throw Error(common::cat("cuStreamWriteValue64 failed: ", static_cast<int>(e)));
+#endif
 }
 void host_unregister(void* p) {
   if (p) (void)RT(HostUnregister)(p);
@@ -305,7 +329,11 @@ void* device_malloc_flags(size_t bytes) {
 }
 int multiprocessor_count(int dev) {
   int n = 0;
-  CHECK(RT(DeviceGetAttribute)(&n, RT(DevAttrMultiProcessorCount), dev));
+#if defined(PEERLINK_HIP)
+  CHECK(hipDeviceGetAttribute(&n, hipDeviceAttributeMultiprocessorCount, dev));
+#else
+  CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+#endif
   return n;
 }
 }  // namespace peerlink::gpu

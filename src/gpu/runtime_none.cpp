@@ -40,6 +40,8 @@ void memcpy_sync(void*, const void*, size_t) { no_gpu("memcpy_sync"); }
 void memset_sync(void*, int, size_t) { no_gpu("memset_sync"); }
 void host_register(void*, size_t) {}
 void host_unregister(void*) {}
+void* host_device_pointer(void* p) { return p; }
+void stream_write_value64(Stream, void*, uint64_t) { no_gpu("stream_write_value64"); }
 
 }  // namespace peerlink::gpu
 

@@ -92,6 +92,10 @@ Options Options::from_env() {
     o.relay_chunk_bytes = static_cast<size_t>(parse_int("PEERLINK_RELAY_CHUNK_BYTES", v, 4096, 1LL << 30));
   if (const char* v = env("PEERLINK_RELAY_SLOTS"))
     o.relay_slots = static_cast<int>(parse_int("PEERLINK_RELAY_SLOTS", v, 2, 64));
+  if (const char* v = env("PEERLINK_STRIPE_STREAMS"))
+    o.stripe_streams = static_cast<int>(parse_int("PEERLINK_STRIPE_STREAMS", v, 1, 16));
+  if (const char* v = env("PEERLINK_STRIPE_THRESHOLD"))
+    o.stripe_threshold = static_cast<size_t>(parse_int("PEERLINK_STRIPE_THRESHOLD", v, 4096, 1LL << 40));
   if (const char* v = env("PEERLINK_TEST_CHANNEL_NEVER_READY"))
     o.test_channel_never_ready = parse_bool("PEERLINK_TEST_CHANNEL_NEVER_READY", v);
   return o;

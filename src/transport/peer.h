@@ -29,6 +29,7 @@ struct SendOp {
   Stage stage = kNew;
   uint64_t ticket = 0;
   bool signaled = false;
+  bool gpu_signal = false;       // done_seq is stored by the copy stream itself (no CPU hop)
   uint32_t status = 0;           // MsgStatus carried in the descriptor / SEND_DONE
   size_t relay_issued = 0;       // bytes handed to staging
 };
@@ -69,6 +70,7 @@ struct Peer {
   shm::PaddedCounter* done_out = nullptr;  // my done_seq towards peer
   shm::PaddedCounter* done_in = nullptr;   // peer's done_seq towards me
   RelayView relay_in, relay_out;
+  bool chan_pinned = false;          // channel page registered for stream-ordered done_seq stores
 
   std::atomic<bool> lost{false};
   std::exception_ptr lost_error;       // set before `lost`

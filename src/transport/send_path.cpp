@@ -71,13 +71,30 @@ Request Transport::isend(int peer, const void* src, size_t len, uint32_t buf_id,
   if (P.path == Path::Relay) {
     op->stage = SendOp::kRelay;
   } else if (version > 0) {
-    // Steady state: the copy is issued right here; the worker only sees it complete and signals.
+    // Steady state: the copy is issued right here. On GPUs with the done_seq channel, the copy
+    // stream also stores done_seq after the copy, so completion needs no CPU hop at all; this is
+    // only allowed while every earlier op is signalled the same way (done_seq must never regress).
+    bool gpu_signal = P.completion == Completion::DoneSeq && P.chan_pinned &&
+                      op->seq <= P.out.consumed->value.load(std::memory_order_acquire) + kDescSlots;
+    for (auto& prev : P.sends) gpu_signal = gpu_signal && prev->gpu_signal;
     try {
-      op->ticket = len ? P.send_queue->copy(op->dst, op->src, len, len >= opts_.stripe_threshold) : 0;
+      if (gpu_signal) {
+        Desc& d = P.out.desc[op->seq % kDescSlots];
+        d.buf_id = op->buf_id;
+        d.status = kStatusOk;
+        d.offset = op->offset;
+        d.len = op->len;
+        d.seq.store(op->seq, std::memory_order_release);
+      }
+      op->ticket = P.send_queue->copy(op->dst, op->src, len, len >= opts_.stripe_threshold);
+      if (gpu_signal && !P.send_queue->signal_after(reinterpret_cast<uint64_t*>(&P.done_out->value), op->seq))
+        throw Error("copy queue cannot signal done_seq");
     } catch (...) {
-      --P.next_send_seq;  // nothing was issued: the sequence number is not consumed
+      --P.next_send_seq;  // nothing was signalled: the sequence number is not consumed
       throw;
     }
+    op->gpu_signal = gpu_signal;
+    op->signaled = gpu_signal;
     op->stage = SendOp::kCopying;
   }
   P.sends.push_back(op);
@@ -143,7 +160,7 @@ bool Transport::progress_sends(Peer& P) {
       Binding b = ipc_->bind(P.rank, *pub);
       op->dst = b.ptr + op->offset;
       op->map = b.map;
-      op->ticket = op->len ? P.send_queue->copy(op->dst, op->src, op->len, op->len >= opts_.stripe_threshold) : 0;
+      op->ticket = P.send_queue->copy(op->dst, op->src, op->len, op->len >= opts_.stripe_threshold);
       op->stage = SendOp::kCopying;
     }
     if (op->stage == SendOp::kCopying && P.send_queue->done(op->ticket)) {
@@ -184,11 +201,13 @@ bool Transport::progress_sends(Peer& P) {
     auto& op = P.sends.front();
     if (!op->signaled) break;
     if (P.completion == Completion::Ring) {
-      if (P.acked_seq < op->seq) break;
+      if (P.acked_seq < op->seq) break;  // ring: complete on the receiver's ACK
       auto st = P.ack_status.find(op->seq);
       if (st != P.ack_status.end()) op->status = static_cast<uint32_t>(st->second), P.ack_status.erase(st);
       sends_ring.fetch_add(1, std::memory_order_relaxed);
     } else {
+      if (op->gpu_signal && P.done_out->value.load(std::memory_order_acquire) < op->seq) break;
+      op->map.reset();
       sends_done_seq.fetch_add(1, std::memory_order_relaxed);
     }
     if (op->status != kStatusOk)

@@ -191,6 +191,10 @@ void Transport::decide_completion() {
       auto* ch = static_cast<ChannelLayout*>(P.chan_seg.payload());
       P.done_out = rank_ < p ? &ch->done_lo_to_hi : &ch->done_hi_to_lo;
       P.done_in = rank_ < p ? &ch->done_hi_to_lo : &ch->done_lo_to_hi;
+      if (!backend_->is_host() && P.path == Path::Direct) {
+        backend_->pin(P.chan_seg.payload(), 4096);  // the copy stream stores done_seq here
+        P.chan_pinned = true;
+      }
     }
   }
 }
@@ -251,6 +255,7 @@ void Transport::shutdown() {
       if (p->recv_queue) p->recv_queue->wait_all();
     } catch (...) {
     }
+    if (p->chan_pinned) backend_->unpin(p->chan_seg.payload());
     if (p->relay_out.data) backend_->unpin(p->relay_out.data);
     if (p->relay_in.data) backend_->unpin(p->relay_in.data);
   }
