@@ -142,7 +142,8 @@ def main():
     use_nccl = dist is not None and not args.no_nccl
     if comm.rank == 1:
         where = "host backend" if comm.device < 0 else f"GPU 0 -> GPU 1 ({comm.path_to(0)})"
-        print(f"# peerlink {peerlink.__version__} send_direct vs NCCL send/recv, {where}; "
+        vs = " vs NCCL send/recv" if use_nccl else ""
+        print(f"# peerlink {peerlink.__version__} send_direct{vs}, {where}; "
               "time per message, one way, payload verified", flush=True)
         head = f"| {'Size':>10} | {'peerlink ms':>11} | {'GB/s':>7} |"
         print(head + (f" {'NCCL ms':>9} | {'GB/s':>7} |" if use_nccl else ""), flush=True)

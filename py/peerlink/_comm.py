@@ -90,7 +90,8 @@ class Communicator:
 
         The group's first rank makes a random id and sets it in the default store; the others get it
         (Store.get blocks until it is there). Collective over the group, like any communicator.
-        device defaults to the current CUDA device when CUDA is available, else the host backend.
+        device defaults to GPU LOCAL_RANK (torchrun) or the current CUDA device when CUDA is
+        available, else the host backend.
         """
         import torch
         import torch.distributed as dist
@@ -114,7 +115,11 @@ class Communicator:
         else:
             uid = store.get(key).decode()
         if device is None:
-            device = torch.cuda.current_device() if torch.cuda.is_available() else HOST
+            device = HOST
+            if torch.cuda.is_available():
+                # torchrun's LOCAL_RANK when it names a visible GPU, else the current device.
+                local = int(os.environ.get("LOCAL_RANK", -1))
+                device = local if 0 <= local < torch.cuda.device_count() else torch.cuda.current_device()
         return cls(uid, rank, world, device, timeout=timeout)
 
     # ---- properties ---------------------------------------------------------------------------
@@ -213,17 +218,16 @@ class Communicator:
                                      f"({view.kind}); pass a typed array")
         if view.readonly:
             raise _C.InvalidArgument("allreduce: the array is read-only")
-        handle = 0
+        handle = 0  # the legacy default stream; ignored on the host backend
         if view.device != HOST:
             if stream is None and view.kind == "torch":
                 import torch
 
                 stream = torch.cuda.current_stream(view.owner.device)
             elif stream is None and view.kind == "cai":
-                handle = int(view.owner.__cuda_array_interface__.get("stream") or 0)
-            if stream is not None:
-                handle = stream_handle(stream)
-            if handle in (1,):  # CAI's name for the legacy default stream is the null handle here
+                stream = view.owner.__cuda_array_interface__.get("stream")
+            handle = stream_handle(stream)
+            if handle == 1:  # __cuda_array_interface__ spells the legacy default stream 1
                 handle = 0
         count = view.nbytes // view.itemsize
         _C.allreduce(self._c, view.address, count, view.dtype, str(op).lower(), handle)

@@ -76,10 +76,18 @@ struct Allocation {
   size_t nbytes = 0;
   ~Allocation() {
     if (!ptr || comm->closed()) return;  // close() already released every allocation
-    try {
-      comm->free(ptr);
-    } catch (const std::exception&) {
-      // A destructor must not throw; a failed free leaves the segment to close().
+    auto release = [this] {
+      try {
+        comm->free(ptr);
+      } catch (const std::exception&) {
+        // A destructor must not throw; a failed free leaves the memory to close().
+      }
+    };
+    if (PyGILState_Check()) {  // freeing device memory can synchronize: let other threads run
+      py::gil_scoped_release nogil;
+      release();
+    } else {
+      release();
     }
   }
 };

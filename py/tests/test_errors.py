@@ -143,7 +143,9 @@ def _gil_released(comm, ctx):
                 ticks[0] += 1
 
         results = {}
-        for name, call in (("Request.wait", req.wait), ("barrier", comm.barrier)):
+        calls = (("Request.wait", req.wait), ("barrier", comm.barrier),
+                 ("wait_ipc_buffer", lambda: comm.wait_ipc_buffer(0, 2)))
+        for name, call in calls:
             t = threading.Thread(target=spin)
             ticks[0] = 0
             stop.clear()
@@ -156,11 +158,15 @@ def _gil_released(comm, ctx):
             # Holding the GIL for the whole wait would leave the thread at ~0 ticks.
             assert n > 10000, f"{name}: second thread made only {n} steps during a 1 s wait"
         ctx.expect_random(buf, seed=5)
+        comm.barrier()
         return results
     comm.wait_ipc_buffer(1, 1)
     time.sleep(1.0)
     comm.send_direct(1, ctx.random(64, seed=5), 1)
     time.sleep(1.0)
+    comm.barrier()
+    time.sleep(1.0)
+    comm.notify_ipc_tensor(1, 2, ctx.empty(comm, 64))
     comm.barrier()
 
 
