@@ -5,7 +5,9 @@
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -13,6 +15,35 @@
 #include "peerlink/peerlink.h"
 
 namespace {
+
+// Rank 0: send, wait for the echo, compare; then the stop message and the closing barrier.
+void rank0_loop(benchmark::State& st, const std::string& uid, size_t size, const peerlink::Options& opts,
+                std::atomic<bool>& stop) {
+  peerlink::Communicator c0(uid, 0, 2, peerlink::kHostDevice, opts);
+  char* out = static_cast<char*>(c0.alloc(size));
+  char* back = static_cast<char*>(c0.alloc(size));
+  std::memset(out, 0x5a, size);
+  c0.notify_ipc_buffer(1, 1, back, size, 1);
+  c0.wait_ipc_buffer(1, 1, 1);
+  c0.barrier();
+  uint64_t tag = 0;
+  for (auto _ : st) {
+    ++tag;
+    std::memcpy(out, &tag, std::min(size, sizeof tag));
+    auto r = c0.irecv(1, 1, 0, size);
+    c0.send_direct(1, out, size, 1, 1);
+    r.wait();
+    if (std::memcmp(back, out, size) != 0) {
+      st.SkipWithError("echoed payload differs");
+      break;
+    }
+  }
+  stop.store(true, std::memory_order_release);
+  c0.send_direct(1, out, size, 1, 1);  // wakes the echo thread, which sees `stop`
+  c0.barrier();
+  c0.free(out);
+  c0.free(back);
+}
 
 void BM_HostApiRoundTrip(benchmark::State& st) {
   const size_t size = static_cast<size_t>(st.range(0));
@@ -36,36 +67,19 @@ void BM_HostApiRoundTrip(benchmark::State& st) {
       }
       c1.barrier();
       c1.free(in);
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "echo rank: %s\n", e.what());
       echo_failed = true;
     }
   });
-  peerlink::Communicator c0(uid, 0, 2, peerlink::kHostDevice, opts);
-  char* out = static_cast<char*>(c0.alloc(size));
-  char* back = static_cast<char*>(c0.alloc(size));
-  std::memset(out, 0x5a, size);
-  c0.notify_ipc_buffer(1, 1, back, size, 1);
-  c0.wait_ipc_buffer(1, 1, 1);
-  c0.barrier();
-  uint64_t tag = 0;
-  for (auto _ : st) {
-    ++tag;
-    std::memcpy(out, &tag, std::min(size, sizeof tag));
-    auto r = c0.irecv(1, 1, 0, size);
-    c0.send_direct(1, out, size, 1, 1);
-    r.wait();
-    if (std::memcmp(back, out, size) != 0) {
-      st.SkipWithError("echoed payload differs");
-      break;
-    }
+  try {
+    rank0_loop(st, uid, size, opts, stop);
+  } catch (const std::exception& e) {
+    stop = true;
+    st.SkipWithError(e.what());
   }
-  stop.store(true, std::memory_order_release);
-  c0.send_direct(1, out, size, 1, 1);  // wakes the echo thread, which sees `stop`
-  c0.barrier();
   echo.join();
-  if (echo_failed) st.SkipWithError("echo rank failed");
-  c0.free(out);
-  c0.free(back);
+  if (echo_failed) st.SkipWithError("echo rank failed (see stderr)");
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * static_cast<int64_t>(size) * 2);
 }
 BENCHMARK(BM_HostApiRoundTrip)->Arg(8)->Arg(4096)->Arg(1 << 20)->UseRealTime();
