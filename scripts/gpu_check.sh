@@ -43,11 +43,19 @@ if has contract; then
   [ "$NGPU" -ge 2 ] && PEERLINK_TEST_DEVICES=0,1 run_step contract_2gpu 240 $T --gtest_filter='*Contract*'
   run_step host_suite 300 $T --gtest_filter='*Mp*:Segment*:Ring*:Registry*:IpcCache*'
 fi
+if has quick; then  # a short latency / bandwidth probe of the transport (striping on and off)
+  B=$BUILD/bin/bench_transport
+  run_step lat 60 $B --mode latency --transport direct --completion done_seq -b 8 -e 4M -f 4 -n 300 -w 30
+  run_step lat_ring 60 $B --mode latency --transport direct --completion ring -b 8 -e 64K -f 8 -n 300 -w 30
+  PEERLINK_STRIPE_STREAMS=1 run_step bw_stripe1 90 $B --mode bandwidth --transport direct -b 64M -e 1G -f 4 -n 20 -w 3
+  PEERLINK_STRIPE_STREAMS=2 run_step bw_stripe2 90 $B --mode bandwidth --transport direct -b 64M -e 1G -f 4 -n 20 -w 3
+  PEERLINK_STRIPE_STREAMS=4 run_step bw_stripe4 90 $B --mode bandwidth --transport direct -b 64M -e 1G -f 4 -n 20 -w 3
+fi
 if has topo && [ -x $BUILD/bin/peerlink-topo ]; then
   run_step topo 60 bash -c "$BUILD/bin/peerlink-topo && $BUILD/bin/peerlink-topo --json"
 fi
-if has bench && [ -f scripts/gpu_bench.sh ]; then run_step bench 420 bash scripts/gpu_bench.sh "$R/bench" "$BUILD"; fi
-if has coll && [ -f scripts/gpu_collectives.sh ]; then run_step coll 420 bash scripts/gpu_collectives.sh "$R/coll" "$BUILD"; fi
+if has bench && [ -f scripts/gpu_bench.sh ]; then BUILD=$BUILD SKIP_BUILD=1 run_step bench 420 bash scripts/gpu_bench.sh "$R/bench"; fi
+if has coll && [ -f scripts/gpu_collectives.sh ]; then BUILD=$BUILD run_step coll 420 bash scripts/gpu_collectives.sh "$R/coll" "$BUILD"; fi
 if has py && [ -f scripts/gpu_python.sh ]; then run_step py 420 bash scripts/gpu_python.sh "$R/py"; fi
 ls /dev/shm | grep '^pl_' > "$R/shm_left.txt" && { note "LEAK: $(cat $R/shm_left.txt | head)"; status=1; }
 tar -czf "$OUT/results.tgz" -C "$OUT" r
