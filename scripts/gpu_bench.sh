@@ -3,12 +3,16 @@
 # (direct/relay x done_seq/ring), the p2p matrix, and allreduce peerlink vs NCCL (8 B .. 1 GB, eager
 # and CUDA graph). Writes text and JSON per step to OUTDIR plus summary.txt; bounded to about four
 # minutes of runs (steps that would start after BENCH_BUDGET_S are skipped and say so).
-# usage: scripts/gpu_bench.sh OUTDIR        (env: BUILD=build, SKIP_BUILD=1, BENCH_BUDGET_S=240)
+# usage: scripts/gpu_bench.sh OUTDIR        (env: BUILD=build, SKIP_BUILD=1, BENCH_BUDGET_S=240;
+#        BENCH_MAX_BYTES=1G, BENCH_LAT_MAX_BYTES=64M, BENCH_MATRIX_BYTES=128M shrink a dry run)
 set -u
 OUT=${1:?usage: scripts/gpu_bench.sh OUTDIR}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-build}
 BUDGET=${BENCH_BUDGET_S:-240}
+MAXB=${BENCH_MAX_BYTES:-1G}
+LATMAX=${BENCH_LAT_MAX_BYTES:-64M}
+MATRIXB=${BENCH_MATRIX_BYTES:-128M}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 cd "$ROOT" || exit 1
@@ -52,23 +56,23 @@ BT="$BIN/bench_transport"
 for path in direct relay; do
   for comp in done_seq ring; do
     step "lat_${path}_${comp}" 40 "$BT" --mode latency --transport $path --completion $comp \
-      -b 8 -e 64M -f 2 -n 200 -w 20 --verify-full 4M --json "$OUT/lat_${path}_${comp}.json"
+      -b 8 -e "$LATMAX" -f 2 -n 200 -w 20 --verify-full 4M --json "$OUT/lat_${path}_${comp}.json"
   done
 done
 for path in direct relay; do
   for comp in done_seq ring; do
     step "bw_${path}_${comp}" 40 "$BT" --mode bandwidth --transport $path --completion $comp \
-      -b 4K -e 1G -f 4 -n 10 -w 3 --window 4 --verify-full 4M --json "$OUT/bw_${path}_${comp}.json"
+      -b 4K -e "$MAXB" -f 4 -n 10 -w 3 --window 4 --verify-full 4M --json "$OUT/bw_${path}_${comp}.json"
   done
   step "bidir_${path}_done_seq" 40 "$BT" --mode bidir --transport $path --completion done_seq \
-    -b 64K -e 1G -f 4 -n 10 -w 3 --window 4 --verify-full 4M --json "$OUT/bidir_${path}_done_seq.json"
+    -b 64K -e "$MAXB" -f 4 -n 10 -w 3 --window 4 --verify-full 4M --json "$OUT/bidir_${path}_done_seq.json"
 done
-step p2p_matrix 60 "$BIN/p2p_matrix" -s 256M -n 10 --lat-iters 200 --json "$OUT/p2p_matrix.json"
-step allreduce_bf16 60 "$BIN/bench_allreduce" --impl both -b 8 -e 1G -f 2 -n 20 -w 5 -c 1 -d bfloat16 -o sum \
+step p2p_matrix 90 "$BIN/p2p_matrix" -s "$MATRIXB" -n 5 --lat-iters 100 --json "$OUT/p2p_matrix.json"
+step allreduce_bf16 60 "$BIN/bench_allreduce" --impl both -b 8 -e "$MAXB" -f 2 -n 20 -w 5 -c 1 -d bfloat16 -o sum \
   --json "$OUT/allreduce_bf16.json"
-step allreduce_bf16_graph 60 "$BIN/bench_allreduce" --impl both -b 8 -e 1G -f 2 -n 20 -w 5 -c 1 -G 1 -d bfloat16 -o sum \
+step allreduce_bf16_graph 60 "$BIN/bench_allreduce" --impl both -b 8 -e "$MAXB" -f 2 -n 20 -w 5 -c 1 -G 1 -d bfloat16 -o sum \
   --json "$OUT/allreduce_bf16_graph.json"
-step allreduce_f32 60 "$BIN/bench_allreduce" --impl both -b 8 -e 1G -f 2 -n 20 -w 5 -c 1 -d float -o sum \
+step allreduce_f32 60 "$BIN/bench_allreduce" --impl both -b 8 -e "$MAXB" -f 2 -n 20 -w 5 -c 1 -d float -o sum \
   --json "$OUT/allreduce_f32.json"
 
 python3 "$ROOT/benchmarks/plot.py" "$OUT"/*.json >"$OUT/plot.txt" 2>&1 || true
