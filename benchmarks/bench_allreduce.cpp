@@ -264,7 +264,7 @@ int run_rank(const Config& c_in, const std::string& uid, int rank, const std::ve
   void* recv = max_bytes ? comm.alloc(max_bytes) : nullptr;
   RankRunner runner(c, comm, stream);
   const Impl* impls[2] = {&pl, &nc};
-  bench::ArMeta meta{bench::dt_name(c.dt), bench::op_name(c.op), c.json, c.iters, c.warmup, c.graph != 0};
+  bench::ArMeta meta{bench::dt_name(c.dt), bench::op_name(c.op), c.json, c.iters, c.warmup, c.graph != 0, c.check != 0};
   bench::ArReporter rep(comm, meta, impls);
   for (size_t bytes : sizes) {
     size_t count = bytes / es;

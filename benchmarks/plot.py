@@ -35,9 +35,13 @@ def load(paths):
 
 
 def verified(rows, name):
+    """Rows whose payload check ran and found nothing wrong (wrong == -1: the check was off)."""
     good = [r for r in rows if r.get("wrong", 0) == 0]
-    if len(good) != len(rows):
-        print(f"plot.py: {name}: {len(rows) - len(good)} rows with payload errors not plotted")
+    unchecked = sum(1 for r in rows if r.get("wrong", 0) < 0)
+    if unchecked:
+        print(f"plot.py: {name}: {unchecked} unchecked rows (-c 0) not plotted")
+    if len(good) + unchecked != len(rows):
+        print(f"plot.py: {name}: {len(rows) - len(good) - unchecked} rows with payload errors not plotted")
     return good
 
 
@@ -80,6 +84,8 @@ def plot_transport(plt, items):
 
 def plot_allreduce(plt, f, d):
     rows = verified(d["results"], f)
+    if not rows:
+        return []
     m = d["meta"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for impl in sorted({r["impl"] for r in rows}):

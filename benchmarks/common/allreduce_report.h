@@ -1,5 +1,6 @@
 // Rows of the allreduce benchmark: per-size results gathered from every rank (max time, summed
-// #wrong), printed nccl-tests style by rank 0 and optionally written as JSON for plot.py.
+// #wrong), printed nccl-tests style by rank 0 and optionally written as JSON for plot.py (where
+// "wrong": -1 marks an unchecked run, which plot.py leaves out).
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -35,6 +36,7 @@ struct ArMeta {
   std::string dtype, op, json;
   int iters = 0, warmup = 0;
   bool graph = false;
+  bool check = true;  // false (-c 0): results were not verified, #wrong prints N/A
 };
 
 class ArReporter {
@@ -92,7 +94,10 @@ class ArReporter {
       a.algbw = a.time_us > 0 ? static_cast<double>(bytes) / (a.time_us * 1e-6) / 1e9 : 0;
       a.busbw = a.algbw * 2.0 * (n_ - 1) / n_;
       wrong_ += a.wrong;
-      std::printf(" %10.2f %7.2f %7.2f %6llu", a.time_us, a.algbw, a.busbw, static_cast<unsigned long long>(a.wrong));
+      if (meta_.check)
+        std::printf(" %10.2f %7.2f %7.2f %6llu", a.time_us, a.algbw, a.busbw, static_cast<unsigned long long>(a.wrong));
+      else
+        std::printf(" %10.2f %7.2f %7.2f %6s", a.time_us, a.algbw, a.busbw, "N/A");
       rows_.push_back(a);
     }
     std::printf("\n");
@@ -102,7 +107,10 @@ class ArReporter {
   // Rank 0: summary and JSON. Returns the exit code (0 only when nothing was wrong or failed).
   int finish() {
     if (comm_.rank() != 0) return 0;
-    std::printf("# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(wrong_), wrong_ ? "ERROR" : "OK");
+    if (meta_.check)
+      std::printf("# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(wrong_), wrong_ ? "ERROR" : "OK");
+    else
+      std::printf("# Out of bounds values : N/A (-c 0: results not checked)\n");
     for (const ArImpl* i : impls_) {
       double sum = 0;
       int cnt = 0;
@@ -133,9 +141,9 @@ class ArReporter {
       char buf[320];
       std::snprintf(buf, sizeof buf,
                     "    {\"impl\": \"%s\", \"bytes\": %zu, \"count\": %zu, \"time_us\": %.3f, \"algbw\": %.3f, "
-                    "\"busbw\": %.3f, \"wrong\": %llu}%s\n",
+                    "\"busbw\": %.3f, \"wrong\": %lld}%s\n",
                     a.impl.c_str(), a.bytes, a.count, a.time_us, a.algbw, a.busbw,
-                    static_cast<unsigned long long>(a.wrong), i + 1 < rows_.size() ? "," : "");
+                    meta_.check ? static_cast<long long>(a.wrong) : -1LL, i + 1 < rows_.size() ? "," : "");
       o << buf;
     }
     o << "  ]\n}\n";
