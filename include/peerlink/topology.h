@@ -24,11 +24,12 @@ struct PairDecision {
 // pattern (once per process and pair; the result is cached).
 PairDecision decide_pair(const Options& opts, int dev_a, int dev_b);
 
-// The same for two GPUs named by PCI bus id ("0000:3b:00.0"), for processes that each see only
-// their own GPU (CUDA_VISIBLE_DEVICES): the path comes from sysfs and NVML (or opts.topo_file),
-// and the live checks run only when this process sees both GPUs. a and b in the result are the
-// GPUs' positions in that topology (-1 for a bus id it does not contain).
-PairDecision decide_pair_by_bus_id(const Options& opts, const std::string& bus_a, const std::string& bus_b);
+// For jobs whose processes each see only their own GPU (CUDA_VISIBLE_DEVICES): the job's GPUs
+// named by PCI bus id ("0000:3b:00.0", gathered from every rank), every pair a < b (a, b are
+// positions in bus_ids). Paths come from sysfs and NVML, or opts.topo_file; the AMD default
+// counts the job's GPUs, as NCCL does; live checks run only for pairs this process can see.
+// Same error contract as decide_pair.
+std::vector<PairDecision> decide_job_pairs(const Options& opts, const std::vector<std::string>& bus_ids);
 
 // Every pair a < b, with one probe of the machine.
 std::vector<PairDecision> decide_all_pairs(const Options& opts);

@@ -118,55 +118,89 @@ PairDecision decide_pair(const Options& opts, int dev_a, int dev_b) {
   return to_public(d);
 }
 
-PairDecision decide_pair_by_bus_id(const Options& opts, const std::string& bus_a, const std::string& bus_b) {
-  const std::string a = normalize_bus_id(bus_a), b = normalize_bus_id(bus_b);
-  System sys;
-  if (!opts.topo_file.empty()) {
-    sys = load_system(opts);
-  } else {
-    // Only these two GPUs, located in sysfs (this process may see neither through the runtime).
-    const std::string key = cat("pair:", a, "|", b);
-    std::unique_lock<std::mutex> lk(g_mu);
+namespace {
+
+// The job's GPUs (in the given order) out of a larger System: links are copied; a bus id the
+// System lacks becomes a GPU with an unknown path (relay) and a warning.
+System subsystem(const System& full, const std::vector<std::string>& ids) {
+  System sub;
+  sub.source = full.source;
+  sub.cpu = full.cpu;
+  sub.warnings = full.warnings;
+  std::vector<int> from;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    int found = -1;
+    for (const Gpu& g : full.gpus)
+      if (!ids[i].empty() && g.bus_id == ids[i]) found = g.index;
+    Gpu g;
+    if (found >= 0) g = full.gpus[found];
+    else {
+      g.bus_id = ids[i];
+      sub.warnings.push_back(cat("GPU '", ids[i], "' of the job is not in ", full.source, "; its pairs relay"));
+    }
+    g.index = static_cast<int>(i);
+    sub.gpus.push_back(g);
+    from.push_back(found);
+  }
+  const size_t n = ids.size();
+  sub.links.assign(n, std::vector<Link>(n));
+  for (size_t a = 0; a < n; ++a)
+    for (size_t b = 0; b < n; ++b)
+      if (a != b)
+        sub.links[a][b] = from[a] >= 0 && from[b] >= 0 ? full.links[from[a]][from[b]] : pcie_link(sub.gpus[a], sub.gpus[b]);
+  return sub;
+}
+
+System job_system(const Options& opts, const std::vector<std::string>& bus_ids) {
+  std::vector<std::string> ids;
+  std::string key = "job:";
+  for (const std::string& b : bus_ids) {
+    ids.push_back(normalize_bus_id(b));
+    key += (ids.back().empty() ? b : ids.back()) + ",";
+  }
+  if (!opts.topo_file.empty()) return subsystem(load_system(opts), ids);
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
     auto it = g_systems.find(key);
-    if (it != g_systems.end()) {
-      sys = it->second;
-    } else {
-      lk.unlock();
-      ProbeOptions po;
-      po.bus_ids = {a, b};
+    if (it != g_systems.end()) return it->second;
+  }
+  System sys;
+  try {
+    ProbeOptions po;  // this machine's sysfs and NVML, for exactly these GPUs
+    po.bus_ids = bus_ids;
+    sys = probe_sysfs(po);
+  } catch (const std::exception& e) {
+    sys = System{};
+    sys.source = "sysfs:/";
+    sys.warnings.push_back(cat("topology probe failed: ", e.what(), "; no GPUs, every pair relays"));
+  }
+  log_warnings(opts, sys);
+  std::lock_guard<std::mutex> lk(g_mu);
+  return g_systems.emplace(key, std::move(sys)).first->second;
+}
+
+}  // namespace
+
+std::vector<PairDecision> decide_job_pairs(const Options& opts, const std::vector<std::string>& bus_ids) {
+  const System sys = job_system(opts, bus_ids);
+  const Level level = p2p_level(opts, sys);  // the only throw: an invalid PEERLINK_P2P_LEVEL
+  const LiveChecks live = cached_live_checks(sys);
+  std::vector<PairDecision> out;
+  const int n = static_cast<int>(sys.gpus.size());
+  for (int a = 0; a < n; ++a) {
+    for (int b = a + 1; b < n; ++b) {
+      Decision d;
       try {
-        sys = probe_sysfs(po);
+        d = decide(opts, sys, level, a, b, live.can_access_peer ? &live : nullptr);
       } catch (const std::exception& e) {
-        sys = System{};
-        sys.warnings.push_back(cat("topology probe failed: ", e.what()));
+        d.a = a;
+        d.b = b;
+        d.reason = cat("topology decision failed (", e.what(), "); relay to be safe");
       }
-      log_warnings(opts, sys);
-      lk.lock();
-      sys = g_systems.emplace(key, std::move(sys)).first->second;
+      out.push_back(to_public(d));
     }
   }
-  int ia = -1, ib = -1;
-  for (const Gpu& g : sys.gpus) {
-    if (!a.empty() && g.bus_id == a) ia = g.index;
-    if (!b.empty() && g.bus_id == b) ib = g.index;
-  }
-  const Level level = p2p_level(opts, sys);
-  if (ia < 0 || ib < 0) {
-    PairDecision d{ia, ib, "SYS", false,
-                   cat("GPU ", ia < 0 ? bus_a : bus_b, " is not in the topology from ", sys.source, "; relay to be safe")};
-    if (!bus_a.empty() && a == b) d = PairDecision{ia, ib, "LOC", true, "same GPU"};
-    return d;
-  }
-  const LiveChecks live = cached_live_checks(sys);
-  Decision d;
-  try {
-    d = decide(opts, sys, level, ia, ib, live.can_access_peer ? &live : nullptr);
-  } catch (const std::exception& e) {
-    d.a = ia;
-    d.b = ib;
-    d.reason = cat("topology decision failed (", e.what(), "); relay to be safe");
-  }
-  return to_public(d);
+  return out;
 }
 
 std::vector<PairDecision> decide_all_pairs(const Options& opts) {

@@ -146,29 +146,36 @@ TEST(TopologyPolicy, PublicDecidePairFromTopoFile) {
   EXPECT_NO_THROW(decide_pair(o, 0, 1));
 }
 
-TEST(TopologyPolicy, DecideByBusIdForOneGpuPerProcess) {
+TEST(TopologyPolicy, JobPairsByBusIdCountTheJobsGpus) {
   Options o;
   o.log_level = LogLevel::None;
   o.topo_file = xml_fixture("turin_8gpu");
-  PairDecision d = decide_pair_by_bus_id(o, "0000:01:00.0", "00000000:41:00.0");
-  EXPECT_EQ(d.a, 0);
-  EXPECT_EQ(d.b, 2);
-  EXPECT_EQ(d.path, "PHB");
-  EXPECT_TRUE(d.direct);
-  d = decide_pair_by_bus_id(o, "0000:01:00.0", "0000:C1:00.0");
-  EXPECT_EQ(d.path, "SYS");
-  EXPECT_FALSE(d.direct);
-  d = decide_pair_by_bus_id(o, "0000:01:00.0", "0000:55:00.0");
-  EXPECT_FALSE(d.direct);
-  EXPECT_NE(d.reason.find("0000:55:00.0 is not in the topology"), std::string::npos) << d.reason;
-  EXPECT_FALSE(decide_pair_by_bus_id(o, "garbage", "0000:01:00.0").direct);
-  // This machine's sysfs (no such GPUs in CI): unknown path, relay, no throw.
-  o.topo_file.clear();
+  // Three GPUs of the 8-GPU Turin box: AMD with > 2 GPUs, so same-socket only.
+  std::vector<PairDecision> p = decide_job_pairs(o, {"0000:01:00.0", "00000000:41:00.0", "0000:C1:00.0"});
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[0].a, 0);
+  EXPECT_EQ(p[0].b, 1);
+  EXPECT_EQ(p[0].path, "PHB");
+  EXPECT_TRUE(p[0].direct);
+  EXPECT_EQ(p[1].path, "SYS");
+  EXPECT_FALSE(p[1].direct);
+  // A 2-GPU job across the sockets of the same box: AMD with <= 2 GPUs allows SYS.
+  p = decide_job_pairs(o, {"0000:01:00.0", "0000:c1:00.0"});
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].path, "SYS");
+  EXPECT_TRUE(p[0].direct) << p[0].reason;
+  // A bus id the topology lacks, or garbage: that GPU's pairs relay.
+  p = decide_job_pairs(o, {"0000:01:00.0", "0000:55:00.0", "garbage"});
+  ASSERT_EQ(p.size(), 3u);
+  for (const PairDecision& d : p) EXPECT_FALSE(d.direct) << d.reason;
+  EXPECT_NE(p[0].reason.find("path unknown"), std::string::npos) << p[0].reason;
+  o.topo_file.clear();  // this machine's sysfs; in CI no such GPUs: relay, no throw
   if (gpu::device_count() == 0) {
-    d = decide_pair_by_bus_id(o, "0000:fe:1f.0", "0000:fe:1e.0");
-    EXPECT_FALSE(d.direct);
-    EXPECT_NE(d.reason.find("path unknown"), std::string::npos) << d.reason;
+    p = decide_job_pairs(o, {"0000:fe:1f.0", "0000:fe:1e.0"});
+    ASSERT_EQ(p.size(), 1u);
+    EXPECT_FALSE(p[0].direct);
   }
+  EXPECT_TRUE(decide_job_pairs(o, {}).empty());
 }
 
 TEST(TopologyPolicy, LiveChecksSkippedForGpusThisProcessCannotSee) {
