@@ -17,10 +17,10 @@ CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc || echo /usr/loca
 status=0
 step() {  # step NAME SECONDS CMD...
   local name=$1 secs=$2; shift 2
-  local t0=$(date +%s.%N)
+  local t0=$SECONDS
   timeout "$secs" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
-  printf '%-12s rc=%d  %.1fs\n' "$name" "$rc" "$(echo "$(date +%s.%N) - $t0" | bc)" | tee -a "$OUT/summary.txt"
+  printf '%-12s rc=%d  %ds\n' "$name" "$rc" "$((SECONDS - t0))" | tee -a "$OUT/summary.txt"
   [ $rc -eq 0 ] || status=1
   return $rc
 }

@@ -21,7 +21,7 @@ using common::cat;
 // shape of rule keeps both algorithms exercised in CI.
 AllreduceAlgo choose(size_t bytes, int world, bool host) {
   if (host) return bytes <= (size_t(64) << 10) ? AllreduceAlgo::OneShot : AllreduceAlgo::TwoShot;
-  size_t one_shot_max = world <= 2 ? (size_t(256) << 10) : world <= 4 ? (size_t(128) << 10) : (size_t(64) << 10);
+  size_t one_shot_max = world <= 2 ? (size_t(1) << 20) : world <= 4 ? (size_t(256) << 10) : (size_t(64) << 10);
   if (bytes <= one_shot_max) return AllreduceAlgo::OneShot;
   if (bytes <= (size_t(4) << 20)) return AllreduceAlgo::TwoShot;
   return AllreduceAlgo::Bandwidth;
@@ -80,10 +80,21 @@ void device_allreduce(coll::CollState& st, const void* src, void* dst, size_t co
   a.world = st.world;
   a.threads = st.threads;
   a.layout = st.layout;
-  // The grid is chosen from the first step and then fixed for every step of the call (layout.h).
-  coll::Split probe = coll::make_split(count, elem, st.world, st.layout.cap, a.one_shot, 1);
-  a.blocks = pick_blocks(st, algo, probe, elem);
-  a.split = coll::make_split(count, elem, st.world, st.layout.cap, a.one_shot, a.blocks);
+  const size_t bytes = count * elem;
+  a.ll = a.one_shot && bytes <= st.ll_max;
+  if (a.ll) {
+    a.split = coll::make_split(count, elem, st.world, st.layout.cap, true, 1);  // count only
+    size_t words = (bytes + 7) / 8;
+    a.blocks = st.blocks_override > 0
+                   ? st.blocks_override
+                   : clamp_blocks((words + st.threads - 1) / st.threads, std::min(std::max(st.sm_count, 1), coll::kMaxBlocks));
+    a.ll_words_per_block = (words + a.blocks - 1) / a.blocks;
+  } else {
+    // The grid is chosen from the first step and then fixed for every step of the call (layout.h).
+    coll::Split probe = coll::make_split(count, elem, st.world, st.layout.cap, a.one_shot, 1);
+    a.blocks = pick_blocks(st, algo, probe, elem);
+    a.split = coll::make_split(count, elem, st.world, st.layout.cap, a.one_shot, a.blocks);
+  }
   for (int r = 0; r < st.world; ++r) {
     a.data[r] = st.data[r];
     a.flags[r] = st.flags[r];
@@ -92,17 +103,17 @@ void device_allreduce(coll::CollState& st, const void* src, void* dst, size_t co
   a.timeout_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(st.impl->options().timeout).count());
 
   // Calls on different streams must not overlap on the device (they share counters and scratch):
-  // the new stream waits for what was queued on the previous one. Nothing is recorded when the
-  // stream stays the same, so the common case costs no runtime call. Inside a graph capture the
-  // captured stream order is the user's business (events cannot cross the capture boundary).
-  if (st.launched && stream != st.last_stream && !gpu::stream_is_capturing(stream) &&
-      !gpu::stream_is_capturing(st.last_stream)) {
-    gpu::event_record(st.order_event, st.last_stream);
-    gpu::stream_wait_event(stream, st.order_event);
-  }
+  // order_event is recorded after every launch outside graph capture, and a call on another stream
+  // first waits for it. Inside a capture, the order of captured work is the graph's (events cannot
+  // cross the capture boundary), so nothing is recorded or waited for there.
+  const bool capturing = gpu::stream_is_capturing(stream);
+  if (!capturing && st.event_valid && stream != st.last_stream) gpu::stream_wait_event(stream, st.order_event);
   coll::launch_allreduce(a, stream);
+  if (!capturing) {
+    gpu::event_record(st.order_event, stream);
+    st.event_valid = true;
+  }
   st.last_stream = stream;
-  st.launched = true;
 }
 
 }  // namespace

@@ -202,9 +202,115 @@ __global__ void allreduce_kernel(LaunchArgs a) {
     for (int j = gridDim.x + threadIdx.x; j < kMaxBlocks; j += blockDim.x) mine->counter[j] = last;
 }
 
+
+// ---- one-shot through LL lines (small messages, one step) ------------------------------------
+// Each thread owns 8-byte words of the message: it pushes its words (with the step's flag) into
+// every peer's LL area, then polls its own LL area for the same words of every rank and reduces
+// them in rank order. No barrier, no fence, no separate flag: latency is one NVLink write.
+
+// 8 data bytes of word w (zero-padded past the end; byte loads when misaligned).
+__device__ __forceinline__ uint64_t load_word(const char* p, size_t w, size_t bytes, bool aligned) {
+  size_t off = w * 8;
+  if (aligned && off + 8 <= bytes) return *reinterpret_cast<const uint64_t*>(p + off);
+  uint64_t v = 0;
+  for (size_t i = 0; off + i < bytes && i < 8; ++i) v |= uint64_t(static_cast<unsigned char>(p[off + i])) << (8 * i);
+  return v;
+}
+__device__ __forceinline__ void store_word(char* p, size_t w, size_t bytes, bool aligned, uint64_t v) {
+  size_t off = w * 8;
+  if (aligned && off + 8 <= bytes) {
+    *reinterpret_cast<uint64_t*>(p + off) = v;
+    return;
+  }
+  for (size_t i = 0; off + i < bytes && i < 8; ++i) p[off + i] = static_cast<char>(v >> (8 * i));
+}
+
+template <typename T, int Op>
+__global__ void oneshot_ll_kernel(LaunchArgs a) {
+  __shared__ uint64_t s_seq;
+  __shared__ uint32_t s_abort;
+  FlagArea* mine = a.flags[a.rank];
+  const int b = blockIdx.x;
+  if (threadIdx.x == 0) {
+    s_abort = *reinterpret_cast<volatile uint32_t*>(&mine->abort);
+    s_seq = *reinterpret_cast<volatile uint64_t*>(&mine->counter[b]);
+  }
+  __syncthreads();
+  if (s_abort) return;
+  const uint64_t seq = s_seq + 1;
+  const uint32_t flag = uint32_t(seq);
+  const int slot = int(seq & 1);
+  const int me = a.rank, n = a.world;
+  const DataLayout& L = a.layout;
+  const char* src = static_cast<const char*>(a.src);
+  char* dst = static_cast<char*>(a.dst);
+  const size_t bytes = a.split.count * sizeof(T);
+  const size_t nwords = (bytes + 7) / 8;
+  const bool aligned = ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) & 7) == 0;
+  size_t w0 = size_t(b) * a.ll_words_per_block, w1 = w0 + a.ll_words_per_block;
+  if (w1 > nwords) w1 = nwords;
+  for (size_t w = w0 + threadIdx.x; w < w1; w += blockDim.x) {
+    uint64_t v = load_word(src, w, bytes, aligned);
+    for (int p = 0; p < n; ++p)
+      if (p != me) store_ll(a.data[p] + L.ll(slot, me) + w * 16, uint32_t(v), uint32_t(v >> 32), flag);
+  }
+  using A = Acc<T>;
+  constexpr int E = 8 / sizeof(T);
+  bool ok = true;
+  for (size_t w = w0 + threadIdx.x; w < w1 && ok; w += blockDim.x) {
+    typename A::type acc[E];
+    for (int r = 0; r < n && ok; ++r) {
+      uint64_t v;
+      if (r == me) {
+        v = load_word(src, w, bytes, aligned);
+      } else {
+        const char* line = a.data[me] + L.ll(slot, r) + w * 16;
+        uint32_t d0, f0, d1, f1;
+        load_ll(line, d0, f0, d1, f1);
+        if (f0 != flag || f1 != flag) {
+          uint64_t t0 = now_ns();
+          for (uint32_t spins = 1;; ++spins) {
+            load_ll(line, d0, f0, d1, f1);
+            if (f0 == flag && f1 == flag) break;
+            if ((spins & 1023) == 0) {
+              volatile uint32_t* abort = &mine->abort;
+              if (*abort) { ok = false; break; }
+              if (now_ns() - t0 > a.timeout_ns) {
+                volatile uint32_t* err = a.error;
+                if (*err == 0) *err = kErrTimeout | (uint32_t(r) << 8) | (uint32_t(me) << 16);
+                *abort = 1;
+                ok = false;
+                break;
+              }
+            }
+          }
+        }
+        v = (uint64_t(d1) << 32) | d0;
+      }
+      T x[E];
+      memcpy(x, &v, 8);
+#pragma unroll
+      for (int j = 0; j < E; ++j) acc[j] = r == 0 ? A::in(x[j]) : Apply<Op>::run(acc[j], A::in(x[j]));
+    }
+    if (!ok) break;
+    T out[E];
+#pragma unroll
+    for (int j = 0; j < E; ++j) out[j] = A::out(acc[j]);
+    uint64_t v;
+    memcpy(&v, out, 8);
+    store_word(dst, w, bytes, aligned, v);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) mine->counter[b] = seq;
+  if (b == 0)
+    for (int j = gridDim.x + threadIdx.x; j < kMaxBlocks; j += blockDim.x) mine->counter[j] = seq;
+}
+
 template <typename T, int Op>
 void launch_typed(const LaunchArgs& a, DevStream st) {
-  if (a.one_shot)
+  if (a.ll)
+    oneshot_ll_kernel<T, Op><<<a.blocks, a.threads, 0, st>>>(a);
+  else if (a.one_shot)
     allreduce_kernel<T, Op, true><<<a.blocks, a.threads, 0, st>>>(a);
   else
     allreduce_kernel<T, Op, false><<<a.blocks, a.threads, 0, st>>>(a);

@@ -34,12 +34,13 @@ struct CollState {
   int threads = 512;
   int blocks_override = 0;  // PEERLINK_ALLREDUCE_BLOCKS
   int sm_count = 0;
+  size_t ll_max = 0;        // GPU: one-shot messages up to this many bytes go through LL lines
 
   std::mutex mu;            // one allreduce at a time per communicator (launch order = seq order)
   uint64_t host_seq = 0;    // host backend: steps done (the device keeps its own counter)
   uint32_t* error = nullptr;  // GPU: mapped pinned host word written by kernels
   void* last_stream = nullptr;
-  bool launched = false;
+  bool event_valid = false;  // order_event was recorded (outside capture) after our last launch
   gpu::Event order_event = nullptr;
   std::exception_ptr broken;  // a call failed mid-protocol: ranks disagree now, every call rethrows
 

@@ -54,6 +54,34 @@ __device__ __forceinline__ Pack16 load_fresh(const Pack16* p) {
 #endif
 }
 
+// One LL line (16 bytes): two 8-byte halves {data, flag}, each written and read as a unit, so a
+// reader that sees both flags equal to the expected one has both data words of that step.
+__device__ __forceinline__ void store_ll(void* p, uint32_t d0, uint32_t d1, uint32_t flag) {
+#if defined(PEERLINK_HIP)
+  volatile uint64_t* v = static_cast<volatile uint64_t*>(p);
+  v[0] = (uint64_t(flag) << 32) | d0;
+  v[1] = (uint64_t(flag) << 32) | d1;
+#else
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(d0), "r"(flag), "r"(d1), "r"(flag)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void load_ll(const void* p, uint32_t& d0, uint32_t& f0, uint32_t& d1, uint32_t& f1) {
+#if defined(PEERLINK_HIP)
+  const volatile uint64_t* v = static_cast<const volatile uint64_t*>(p);
+  uint64_t a = v[0], b = v[1];
+  d0 = uint32_t(a);
+  f0 = uint32_t(a >> 32);
+  d1 = uint32_t(b);
+  f1 = uint32_t(b >> 32);
+#else
+  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
+               : "l"(p)
+               : "memory");
+#endif
+}
+
 template <int Bytes> struct UintOf;
 template <> struct UintOf<2> { using type = uint16_t; };
 template <> struct UintOf<4> { using type = uint32_t; };

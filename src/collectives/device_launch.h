@@ -14,6 +14,8 @@ struct LaunchArgs {
   int dtype = 0;     // TypeCode
   int op = 0;        // OpCode
   bool one_shot = true;
+  bool ll = false;            // one-shot through LL lines (single step; layout.h)
+  size_t ll_words_per_block = 0;  // LL: 8-byte data words per block
   int rank = 0;
   int world = 0;
   int blocks = 1;

@@ -43,14 +43,21 @@ struct FlagArea {
 };
 
 // Geometry of one rank's data allocation; identical on every rank.
+// After the two slots comes the LL area (GPU only): per slot and source rank, `ll_cap` bytes of
+// 16-byte lines {data 4 B, flag 4 B, data 4 B, flag 4 B}: each 8-byte half carries its own flag
+// (the low 32 bits of the step's sequence number), so a reader needs no fence and no separate flag,
+// only one NVLink write latency. It is kept apart from the raw slots so that stale raw data can never
+// look like a valid line, and zeroed at setup.
 struct DataLayout {
   int world = 0;
-  size_t cap = 0;  // bytes of one region position (one-shot chunk, two-shot shard)
+  size_t cap = 0;     // bytes of one region position (one-shot chunk, two-shot shard)
+  size_t ll_cap = 0;  // bytes of LL lines per (slot, source rank); 0 = no LL area
   PL_HD size_t region() const { return size_t(world) * cap; }
   PL_HD size_t slot_bytes() const { return 2 * region(); }
-  PL_HD size_t total() const { return 2 * slot_bytes(); }
+  PL_HD size_t total() const { return 2 * slot_bytes() + 2 * size_t(world) * ll_cap; }
   PL_HD size_t input(int slot, int pos) const { return size_t(slot) * slot_bytes() + size_t(pos) * cap; }
   PL_HD size_t result(int slot, int pos) const { return input(slot, pos) + region(); }
+  PL_HD size_t ll(int slot, int pos) const { return 2 * slot_bytes() + (size_t(slot) * world + pos) * ll_cap; }
 };
 
 // Error word layout (host-visible): 0 = fine; else kErrTimeout | (peer << 8) | (rank << 16).
