@@ -73,10 +73,11 @@ def test_launch_timeout_kills_everything(tmp_path):
 def test_launch_env_and_from_env(tmp_path):
     script = tmp_path / "env.py"
     script.write_text(
-        "import peerlink\n"
+        "import os, peerlink\n"
         "with peerlink.Communicator.from_env(timeout=20) as c:\n"
         "    c.barrier()\n"
-        "    print('rank', c.rank, 'of', c.world_size, 'device', c.device, flush=True)\n")
+        "    # one write() per line: ranks share the pipe, a short write is atomic\n"
+        "    os.write(1, f'rank {c.rank} of {c.world_size} device {c.device}\\n'.encode())\n")
     p, _ = _launch("-n", "4", str(script))
     assert p.returncode == 0, p.stderr
     assert sorted(line for line in p.stdout.splitlines() if line.startswith("rank")) == [
