@@ -35,7 +35,9 @@ class CopyQueue {
  public:
   virtual ~CopyQueue() = default;
   // Enqueues dst <- src; striped over the queue's lanes when `stripe` is set. Returns a ticket.
-  virtual uint64_t copy(void* dst, const void* src, size_t bytes, bool stripe) = 0;
+  // track == false: no completion ticket (0) is recorded; the caller learns completion otherwise
+  // (signal_after), which saves an event record and the polling of it.
+  virtual uint64_t copy(void* dst, const void* src, size_t bytes, bool stripe, bool track = true) = 0;
   virtual bool done(uint64_t ticket) = 0;  // throws on a device error
   // Stream-ordered store of `value` to `host_addr` (pinned host memory) once every copy enqueued
   // so far has landed. False when the backend cannot (host: the caller stores from the CPU).

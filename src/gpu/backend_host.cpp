@@ -16,7 +16,7 @@ using common::cat;
 
 class HostCopyQueue final : public CopyQueue {
  public:
-  uint64_t copy(void* dst, const void* src, size_t bytes, bool) override {
+  uint64_t copy(void* dst, const void* src, size_t bytes, bool, bool) override {
     std::memcpy(dst, src, bytes);
     return ++issued_;
   }

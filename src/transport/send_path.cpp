@@ -86,7 +86,7 @@ Request Transport::isend(int peer, const void* src, size_t len, uint32_t buf_id,
         d.len = op->len;
         d.seq.store(op->seq, std::memory_order_release);
       }
-      op->ticket = P.send_queue->copy(op->dst, op->src, len, len >= opts_.stripe_threshold);
+      op->ticket = P.send_queue->copy(op->dst, op->src, len, len >= opts_.stripe_threshold, !gpu_signal);
       if (gpu_signal && !P.send_queue->signal_after(reinterpret_cast<uint64_t*>(&P.done_out->value), op->seq))
         throw Error("copy queue cannot signal done_seq");
     } catch (...) {
@@ -95,7 +95,8 @@ Request Transport::isend(int peer, const void* src, size_t len, uint32_t buf_id,
     }
     op->gpu_signal = gpu_signal;
     op->signaled = gpu_signal;
-    op->stage = SendOp::kCopying;
+    // Completion of a GPU-signalled op is done_seq itself: no event to poll.
+    op->stage = gpu_signal ? SendOp::kCopied : SendOp::kCopying;
   }
   P.sends.push_back(op);
   wake_send_worker();
@@ -197,6 +198,7 @@ bool Transport::progress_sends(Peer& P) {
     boot_->layout().recv_bell[P.rank].ring();
   }
   // Retire from the front.
+  bool gpu_retired = false;
   while (!P.sends.empty()) {
     auto& op = P.sends.front();
     if (!op->signaled) break;
@@ -206,7 +208,10 @@ bool Transport::progress_sends(Peer& P) {
       if (st != P.ack_status.end()) op->status = static_cast<uint32_t>(st->second), P.ack_status.erase(st);
       sends_ring.fetch_add(1, std::memory_order_relaxed);
     } else {
-      if (op->gpu_signal && P.done_out->value.load(std::memory_order_acquire) < op->seq) break;
+      if (op->gpu_signal) {
+        if (P.done_out->value.load(std::memory_order_acquire) < op->seq) break;
+        gpu_retired = true;
+      }
       op->map.reset();
       sends_done_seq.fetch_add(1, std::memory_order_relaxed);
     }
@@ -218,6 +223,9 @@ bool Transport::progress_sends(Peer& P) {
     P.sends.pop_front();
     moved = true;
   }
+  // The copy stream stored done_seq without waking anyone: a receiver that went to sleep on its
+  // doorbell hears it from here (a no-op store when nobody sleeps).
+  if (gpu_retired) boot_->layout().recv_bell[P.rank].ring();
   return moved;
 }
 
@@ -304,7 +312,7 @@ void Transport::send_worker_main() {
         }
         pending = true;
         moved |= P.path == Path::Relay ? progress_relay_send(P) : progress_sends(P);
-        for (auto& op : P.sends) busy |= op->stage == SendOp::kCopying;
+        for (auto& op : P.sends) busy |= op->stage == SendOp::kCopying || op->gpu_signal;
         busy |= !P.relay_filling.empty();
       } catch (...) {
         mark_lost(P, std::current_exception());
