@@ -50,10 +50,15 @@ int main(int argc, char** argv) {
   std::string xml, root;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--json") json = true;
-    else if (a == "--no-live-check") live_check = false;
-    else if (a == "--help" || a == "-h") { std::fputs(kUsage, stdout); return 0; }
-    else if ((a == "--xml" || a == "--sysfs-root") && i + 1 < argc) (a == "--xml" ? xml : root) = argv[++i];
+    if (a == "--json")
+      json = true;
+    else if (a == "--no-live-check")
+      live_check = false;
+    else if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if ((a == "--xml" || a == "--sysfs-root") && i + 1 < argc)
+      (a == "--xml" ? xml : root) = argv[++i];
     else {
       std::fprintf(stderr, "peerlink-topo: unknown or incomplete argument '%s'\n\n%s", a.c_str(), kUsage);
       return 2;

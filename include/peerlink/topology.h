@@ -12,9 +12,9 @@ namespace peerlink::topology {
 
 struct PairDecision {
   int a = 0, b = 0;
-  std::string path;    // NVL, PIX, PXB, PHB, SYS (NCCL's names); LOC when a == b
-  bool direct = false; // false: relay through pinned host memory
-  std::string reason;  // the rule and the setting that decided, then how the path was found
+  std::string path;     // NVL, PIX, PXB, PHB, SYS (NCCL's names); LOC when a == b
+  bool direct = false;  // false: relay through pinned host memory
+  std::string reason;   // the rule and the setting that decided, then how the path was found
 };
 
 // Decides for GPU devices a and b of this machine (or of opts.topo_file when set). Machine or XML

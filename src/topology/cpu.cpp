@@ -1,9 +1,10 @@
 // CPUID decoding and the CPU generation table.
 #include "topology/cpu.h"
 
+#include <sys/utsname.h>
+
 #include <cstring>
 #include <sstream>
-#include <sys/utsname.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -46,21 +47,42 @@ void classify_generation(CpuInfo* c) {
   if (c->vendor == "GenuineIntel" && c->family == 6) {
     // NCCL's classes: QPI/UPI bandwidth per generation. Models not in the table stay unknown.
     switch (c->model) {
-      case 0x3F: case 0x4F: case 0x56:  // Haswell-EP, Broadwell-EP/DE
-        c->generation = "BDW"; c->inter_socket_gbps = 6; break;
-      case 0x55: case 0x6A: case 0x6C:  // Skylake/Cascade/Cooper Lake-SP, Ice Lake-SP (UPI 1.0)
-        c->generation = "SKL"; c->inter_socket_gbps = 10; break;
-      case 0x8F:                        // Sapphire Rapids
-        c->generation = "SRP"; c->inter_socket_gbps = 22; break;
-      case 0xCF:                        // Emerald Rapids
-        c->generation = "ERP"; c->inter_socket_gbps = 40; break;
+      case 0x3F:
+      case 0x4F:
+      case 0x56:  // Haswell-EP, Broadwell-EP/DE
+        c->generation = "BDW";
+        c->inter_socket_gbps = 6;
+        break;
+      case 0x55:
+      case 0x6A:
+      case 0x6C:  // Skylake/Cascade/Cooper Lake-SP, Ice Lake-SP (UPI 1.0)
+        c->generation = "SKL";
+        c->inter_socket_gbps = 10;
+        break;
+      case 0x8F:  // Sapphire Rapids
+        c->generation = "SRP";
+        c->inter_socket_gbps = 22;
+        break;
+      case 0xCF:  // Emerald Rapids
+        c->generation = "ERP";
+        c->inter_socket_gbps = 40;
+        break;
       default: break;
     }
   } else if (c->vendor == "AuthenticAMD") {
     switch (c->family) {
-      case 0x17: c->generation = "Zen1/2"; c->inter_socket_gbps = 16; break;
-      case 0x19: c->generation = "Zen3/4"; c->inter_socket_gbps = 24; break;
-      case 0x1A: c->generation = "Zen5"; c->inter_socket_gbps = 32; break;
+      case 0x17:
+        c->generation = "Zen1/2";
+        c->inter_socket_gbps = 16;
+        break;
+      case 0x19:
+        c->generation = "Zen3/4";
+        c->inter_socket_gbps = 24;
+        break;
+      case 0x1A:
+        c->generation = "Zen5";
+        c->inter_socket_gbps = 32;
+        break;
       default: break;
     }
   }
@@ -111,9 +133,15 @@ CpuInfo cpu_from_proc_cpuinfo(const std::string& text) {
     std::string val = line.substr(colon + 1);
     while (!val.empty() && (val.front() == ' ' || val.front() == '\t')) val.erase(0, 1);
     try {
-      if (key == "vendor_id" && c.vendor.empty()) c.vendor = val;
-      else if (key == "cpu family" && !have_family) { c.family = std::stoi(val); have_family = true; }
-      else if (key == "model" && !have_model) { c.model = std::stoi(val); have_model = true; }
+      if (key == "vendor_id" && c.vendor.empty())
+        c.vendor = val;
+      else if (key == "cpu family" && !have_family) {
+        c.family = std::stoi(val);
+        have_family = true;
+      } else if (key == "model" && !have_model) {
+        c.model = std::stoi(val);
+        have_model = true;
+      }
     } catch (const std::exception&) {
       // malformed number: the field stays unknown
     }

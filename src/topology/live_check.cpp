@@ -44,8 +44,8 @@ std::string one_way(int src_dev, void* src, int dst_dev, void* dst, uint32_t see
   for (size_t i = 0; i < kCheckBytes; ++i) {
     if (got[i] != want[i]) {
       char buf[160];
-      std::snprintf(buf, sizeof buf, "GPU%d -> GPU%d: byte %zu of %zu is 0x%02x, expected 0x%02x", src_dev, dst_dev, i,
-                    kCheckBytes, got[i], want[i]);
+      std::snprintf(buf, sizeof buf, "device %d -> device %d: byte %zu of %zu is 0x%02x, expected 0x%02x", src_dev,
+                    dst_dev, i, kCheckBytes, got[i], want[i]);
       return buf;
     }
   }
@@ -67,15 +67,13 @@ std::string runtime_copy_check(int a, int b) {
     pb = gpu::device_malloc(kCheckBytes);
     err = one_way(a, pa, b, pb, static_cast<uint32_t>(a * 131 + b));
     if (err.empty()) err = one_way(b, pb, a, pa, static_cast<uint32_t>(b * 131 + a + 7));
-  } catch (const std::exception& e) {
-    err = cat("GPU", a, " <-> GPU", b, ": ", e.what());
-  }
+  } catch (const std::exception& e) { err = cat("device ", a, " <-> device ", b, ": ", e.what()); }
   try {
     if (pa) gpu::device_free(pa);
     if (pb) gpu::device_free(pb);
     if (prev >= 0) gpu::set_device(prev);
   } catch (const std::exception& e) {
-    if (err.empty()) err = cat("GPU", a, " <-> GPU", b, " cleanup: ", e.what());
+    if (err.empty()) err = cat("device ", a, " <-> device ", b, " cleanup: ", e.what());
   }
   return err;
 }

@@ -86,10 +86,14 @@ class Reader {
     if (const std::string* v = cpu.attr("arch")) c.arch = *v;
     if (const std::string* v = cpu.attr("vendor")) c.vendor = *v;
     int fam = -1, model = -1;
-    if (to_int(cpu.attr("familyid"), 10, &fam)) c.family = family_from_nccl_familyid(fam);
-    else if (cpu.attr("familyid")) warn(cat("line ", cpu.line, ": familyid '", *cpu.attr("familyid"), "' is not a number"));
-    if (to_int(cpu.attr("modelid"), 10, &model)) c.model = model;
-    else if (cpu.attr("modelid")) warn(cat("line ", cpu.line, ": modelid '", *cpu.attr("modelid"), "' is not a number"));
+    if (to_int(cpu.attr("familyid"), 10, &fam))
+      c.family = family_from_nccl_familyid(fam);
+    else if (cpu.attr("familyid"))
+      warn(cat("line ", cpu.line, ": familyid '", *cpu.attr("familyid"), "' is not a number"));
+    if (to_int(cpu.attr("modelid"), 10, &model))
+      c.model = model;
+    else if (cpu.attr("modelid"))
+      warn(cat("line ", cpu.line, ": modelid '", *cpu.attr("modelid"), "' is not a number"));
     classify_generation(&c);
   }
 

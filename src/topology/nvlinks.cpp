@@ -1,6 +1,7 @@
 // NVLink discovery through NVML (loaded with dlopen, optional) and the rule that turns NVLink
 // endpoints into NVL pairs: a direct GPU-GPU link, or a common NVSwitch.
 #include <dlfcn.h>
+
 #include <map>
 #include <set>
 
@@ -17,8 +18,8 @@ namespace {
 using nvmlReturn_t = int;
 using nvmlDevice_t = struct nvmlDevice_st*;
 constexpr nvmlReturn_t kNvmlSuccess = 0;
-constexpr unsigned kNvmlMaxLinks = 18;  // NVML_NVLINK_MAX_LINKS
-constexpr int kNvmlEnabled = 1;         // NVML_FEATURE_ENABLED
+constexpr unsigned kNvmlMaxLinks = 18;                       // NVML_NVLINK_MAX_LINKS
+constexpr int kNvmlEnabled = 1;                              // NVML_FEATURE_ENABLED
 constexpr unsigned kNvLinkDevGpu = 0, kNvLinkDevSwitch = 2;  // nvmlIntNvLinkDeviceType_t
 struct nvmlPciInfo_t {
   char busIdLegacy[16];
@@ -87,14 +88,15 @@ bool nvml_nvlinks(const std::vector<std::string>& bus_ids, NvLinkTable* out, std
       NvLinkPeer::Kind kind = NvLinkPeer::Kind::Other;
       unsigned type = 0;
       if (nv.remote_type && nv.remote_type(dev, l, &type) == kNvmlSuccess) {
-        kind = type == kNvLinkDevGpu ? NvLinkPeer::Kind::Gpu
-               : type == kNvLinkDevSwitch ? NvLinkPeer::Kind::Switch : NvLinkPeer::Kind::Other;
+        kind = type == kNvLinkDevGpu      ? NvLinkPeer::Kind::Gpu
+               : type == kNvLinkDevSwitch ? NvLinkPeer::Kind::Switch
+                                          : NvLinkPeer::Kind::Other;
       } else {
         // Without the type call: NVML hands out handles only for GPUs; anything else on the far end
         // of an NVLink of a GPU is taken to be an NVSwitch.
         nvmlDevice_t peer = nullptr;
         kind = (!remote.empty() && nv.by_bus_id(pci.busId, &peer) == kNvmlSuccess) ? NvLinkPeer::Kind::Gpu
-                                                                                    : NvLinkPeer::Kind::Switch;
+                                                                                   : NvLinkPeer::Kind::Switch;
       }
       if (kind == NvLinkPeer::Kind::Switch && remote.empty()) remote = "nvswitch";
       ++counts[{remote, kind}];

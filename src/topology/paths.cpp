@@ -27,21 +27,28 @@ const char* path_name(PathType p) {
 bool parse_level(const std::string& text, PathType* out) {
   std::string s;
   for (char c : text)
-    if (!std::isspace(static_cast<unsigned char>(c))) s += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  static const struct { const char* name; PathType p; } kNames[] = {
-      {"LOC", PathType::LOC}, {"NVL", PathType::NVL}, {"NVB", PathType::NVL}, {"PIX", PathType::PIX},
-      {"PXB", PathType::PXB}, {"PHB", PathType::PHB}, {"SYS", PathType::SYS}};
+    if (!std::isspace(static_cast<unsigned char>(c)))
+      s += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  static const struct {
+    const char* name;
+    PathType p;
+  } kNames[] = {{"LOC", PathType::LOC}, {"NVL", PathType::NVL}, {"NVB", PathType::NVL}, {"PIX", PathType::PIX},
+                {"PXB", PathType::PXB}, {"PHB", PathType::PHB}, {"SYS", PathType::SYS}};
   for (const auto& n : kNames)
-    if (s == n.name) { *out = n.p; return true; }
+    if (s == n.name) {
+      *out = n.p;
+      return true;
+    }
   // NCCL's legacy numeric levels.
   static const PathType kNumeric[] = {PathType::LOC, PathType::PIX, PathType::PXB, PathType::PHB, PathType::SYS};
-  if (s.size() == 1 && s[0] >= '0' && s[0] <= '4') { *out = kNumeric[s[0] - '0']; return true; }
+  if (s.size() == 1 && s[0] >= '0' && s[0] <= '4') {
+    *out = kNumeric[s[0] - '0'];
+    return true;
+  }
   return false;
 }
 
-bool CpuInfo::is_amd_x86() const {
-  return vendor == "AuthenticAMD" && (arch.empty() || arch == "x86_64");
-}
+bool CpuInfo::is_amd_x86() const { return vendor == "AuthenticAMD" && (arch.empty() || arch == "x86_64"); }
 
 namespace {
 // Reads 1..max_digits hex digits at s[*i]; strict (no "0x", no sign, unlike sscanf's %x).
@@ -107,8 +114,7 @@ Link pcie_link(const Gpu& a, const Gpu& b) {
   if (a.socket >= 0 && b.socket >= 0) {
     if (a.socket == b.socket) {
       l.path = PathType::PHB;
-      l.detail = cat("different root complexes ", a.host_bridge, " and ", b.host_bridge, " of CPU socket ",
-                     a.socket);
+      l.detail = cat("different root complexes ", a.host_bridge, " and ", b.host_bridge, " of CPU socket ", a.socket);
     } else {
       l.path = PathType::SYS;
       l.detail = cat("across CPU sockets ", a.socket, " and ", b.socket);

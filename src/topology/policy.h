@@ -15,18 +15,18 @@ struct LiveChecks {
   // False when the pair's GPUs are not this process's runtime devices (then nothing is checked and
   // the reason says so). Unset: always applies.
   std::function<bool(int a, int b)> applies;
-  std::function<bool(int a, int b)> can_access_peer;  // the runtime's peer-access answer (a -> b)
+  std::function<bool(int a, int b)> can_access_peer;    // the runtime's peer-access answer (a -> b)
   std::function<std::string(int a, int b)> copy_check;  // "" when a real copy a<->b came back intact
 };
 
 // gpu::can_access_peer and a real copy with a known pattern in both directions (runtime.h only).
 LiveChecks runtime_live_checks();
-// The copy check on its own; returns "" or what went wrong (naming devices, offset, bytes).
+// The copy check on its own for runtime devices a and b; "" or what went wrong (devices, offset).
 std::string runtime_copy_check(int a, int b);
 
 struct Level {
   PathType level = PathType::PXB;
-  std::string why;        // "PEERLINK_P2P_LEVEL=PHB" or "default for ..."
+  std::string why;  // "PEERLINK_P2P_LEVEL=PHB" or "default for ..."
   bool user_set = false;
 };
 // The effective P2P level. Throws InvalidArgument when opts.p2p_level is not a level.

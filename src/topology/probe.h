@@ -20,8 +20,7 @@ struct NvLinkPeer {
 using NvLinkTable = std::vector<std::vector<NvLinkPeer>>;  // per GPU, in System::gpus order
 
 // Answers NVLink endpoints for the given GPU bus ids; false (with *why) when it cannot answer.
-using NvLinkSource =
-    std::function<bool(const std::vector<std::string>& bus_ids, NvLinkTable* out, std::string* why)>;
+using NvLinkSource = std::function<bool(const std::vector<std::string>& bus_ids, NvLinkTable* out, std::string* why)>;
 
 // NVML through dlopen("libnvidia-ml.so.1"); false when the library or a GPU is not there.
 bool nvml_nvlinks(const std::vector<std::string>& bus_ids, NvLinkTable* out, std::string* why);

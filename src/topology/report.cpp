@@ -1,10 +1,11 @@
 // Text (like `nvidia-smi topo -m`) and JSON renderings of a System and its decisions.
+#include "topology/report.h"
+
 #include <cstdio>
 #include <sstream>
 
 #include "common/log.h"
 #include "gpu/runtime.h"
-#include "topology/report.h"
 
 namespace peerlink::topology {
 
@@ -72,10 +73,14 @@ std::string render_text(const System& sys, const Level& level, const std::vector
     for (size_t a = 0; a < n; ++a) {
       o << pad(cat("GPU", a), 8);
       for (size_t b = 0; b < n; ++b) {
-        if (a == b) { o << pad("X", 8); continue; }
+        if (a == b) {
+          o << pad("X", 8);
+          continue;
+        }
         std::string cell = "?";
         for (const Decision& d : pairs)
-          if ((d.a == static_cast<int>(a) && d.b == static_cast<int>(b)) || (d.a == static_cast<int>(b) && d.b == static_cast<int>(a)))
+          if ((d.a == static_cast<int>(a) && d.b == static_cast<int>(b)) ||
+              (d.a == static_cast<int>(b) && d.b == static_cast<int>(a)))
             cell = cat(path_name(d.path), d.path_known ? "" : "?", d.direct ? " d" : " r");
         o << pad(cell, 8);
       }
@@ -109,9 +114,10 @@ std::string render_json(const System& sys, const Level& level, const std::vector
   o << (sys.gpus.empty() ? "],\n" : "\n ],\n") << " \"pairs\": [";
   for (size_t i = 0; i < pairs.size(); ++i) {
     const Decision& d = pairs[i];
-    o << (i ? ",\n  " : "\n  ") << "{\"a\": " << d.a << ", \"b\": " << d.b << ", \"path\": "
-      << json_string(path_name(d.path)) << ", \"transport\": " << json_string(d.direct ? "direct" : "relay")
-      << ", \"reason\": " << json_string(d.reason) << "}";
+    o << (i ? ",\n  " : "\n  ") << "{\"a\": " << d.a << ", \"b\": " << d.b
+      << ", \"path\": " << json_string(path_name(d.path))
+      << ", \"transport\": " << json_string(d.direct ? "direct" : "relay") << ", \"reason\": " << json_string(d.reason)
+      << "}";
   }
   o << (pairs.empty() ? "]}\n" : "\n ]}\n");
   return o.str();

@@ -1,14 +1,15 @@
 // Discovery from a sysfs tree: GPU list (runtime or PCI class scan), each GPU's PCI path up to its
 // root complex, NUMA node and CPU socket, then NVLink from NVML (or the runtime's hint).
+#include <dirent.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
-#include <dirent.h>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
-#include <sys/stat.h>
 
 #include "common/log.h"
 #include "gpu/runtime.h"
@@ -86,8 +87,8 @@ SocketMap read_sockets(const std::string& root) {
   auto package_of_cpu = [&](long cpu) -> int {
     std::string s;
     long p = -1;
-    if (read_small_file(cat(cpu_dir, "/cpu", cpu, "/topology/physical_package_id"), &s) &&
-        parse_int_text(s, 10, &p) && p >= 0)
+    if (read_small_file(cat(cpu_dir, "/cpu", cpu, "/topology/physical_package_id"), &s) && parse_int_text(s, 10, &p) &&
+        p >= 0)
       return static_cast<int>(p);
     return -1;
   };
@@ -154,8 +155,10 @@ void locate_gpu(const std::string& root_real, Gpu* g, std::vector<std::string>* 
   std::string numa;
   long n = -1;
   if (read_small_file(join(resolved, "numa_node"), &numa)) {
-    if (parse_int_text(numa, 10, &n) && n >= -1 && n < 4096) g->numa = static_cast<int>(n);
-    else warnings->push_back(cat("GPU", g->index, ": numa_node '", numa, "' is not a number; NUMA unknown"));
+    if (parse_int_text(numa, 10, &n) && n >= -1 && n < 4096)
+      g->numa = static_cast<int>(n);
+    else
+      warnings->push_back(cat("GPU", g->index, ": numa_node '", numa, "' is not a number; NUMA unknown"));
   }
 }
 
@@ -210,8 +213,10 @@ System probe_sysfs(const ProbeOptions& opts) {
   sys.cpu = live ? cpu_of_this_machine() : CpuInfo{};
   if (!live) {
     std::string text;
-    if (!root_real.empty() && read_small_file(join(root_real, "proc/cpuinfo"), &text)) sys.cpu = cpu_from_proc_cpuinfo(text);
-    else classify_generation(&sys.cpu);
+    if (!root_real.empty() && read_small_file(join(root_real, "proc/cpuinfo"), &text))
+      sys.cpu = cpu_from_proc_cpuinfo(text);
+    else
+      classify_generation(&sys.cpu);
   }
 
   const SocketMap sockets = root_real.empty() ? SocketMap{} : read_sockets(root_real);
@@ -221,9 +226,12 @@ System probe_sysfs(const ProbeOptions& opts) {
     g.bus_id = bus_ids[i];
     if (!root_real.empty()) locate_gpu(root_real, &g, &sys.warnings);
     auto it = sockets.numa_to_package.find(g.numa);
-    if (it != sockets.numa_to_package.end()) g.socket = it->second;
-    else if (g.numa >= 0) g.socket = g.numa;  // no CPU map: NUMA node stands for the socket, as in NCCL
-    else if (sockets.packages.size() == 1) g.socket = *sockets.packages.begin();
+    if (it != sockets.numa_to_package.end())
+      g.socket = it->second;
+    else if (g.numa >= 0)
+      g.socket = g.numa;  // no CPU map: NUMA node stands for the socket, as in NCCL
+    else if (sockets.packages.size() == 1)
+      g.socket = *sockets.packages.begin();
     sys.gpus.push_back(g);
   }
   const size_t n = sys.gpus.size();

@@ -17,20 +17,20 @@ const char* path_name(PathType p);
 bool parse_level(const std::string& text, PathType* out);
 
 struct CpuInfo {
-  std::string arch;    // "x86_64", "aarch64", ... ("" unknown)
-  std::string vendor;  // CPUID vendor string: "GenuineIntel", "AuthenticAMD", ... ("" unknown)
-  int family = -1;     // decoded x86 family (e.g. 0x1A), -1 unknown
-  int model = -1;      // decoded x86 model (e.g. 0x8F), -1 unknown
+  std::string arch;                    // "x86_64", "aarch64", ... ("" unknown)
+  std::string vendor;                  // CPUID vendor string: "GenuineIntel", "AuthenticAMD", ... ("" unknown)
+  int family = -1;                     // decoded x86 family (e.g. 0x1A), -1 unknown
+  int model = -1;                      // decoded x86 model (e.g. 0x8F), -1 unknown
   std::string generation = "unknown";  // BDW, SKL, SRP, ERP, Zen1/2, Zen3/4, Zen5, unknown
   double inter_socket_gbps = 0;        // estimate from the generation table
   bool is_amd_x86() const;
 };
 
 struct Gpu {
-  int index = 0;          // runtime device index (or position in the fixture / XML order)
-  std::string bus_id;     // normalized "dddd:bb:dd.f", lower case
-  int numa = -1;          // NUMA node, -1 unknown
-  int socket = -1;        // CPU package the GPU hangs off, -1 unknown
+  int index = 0;            // runtime device index (or position in the fixture / XML order)
+  std::string bus_id;       // normalized "dddd:bb:dd.f", lower case
+  int numa = -1;            // NUMA node, -1 unknown
+  int socket = -1;          // CPU package the GPU hangs off, -1 unknown
   std::string host_bridge;  // root complex, e.g. "pci0000:40" ("" unknown)
   // NCCL-style PCI nodes from the GPU up to its root complex (closest first). A PCIe switch
   // (upstream + downstream port) counts as one node, named by its upstream port, as NCCL does.
@@ -40,8 +40,8 @@ struct Gpu {
 
 struct Link {
   PathType path = PathType::SYS;
-  bool known = false;   // false: path could not be determined (SYS is then only a placeholder)
-  std::string detail;   // how the path was derived, for the reason text
+  bool known = false;  // false: path could not be determined (SYS is then only a placeholder)
+  std::string detail;  // how the path was derived, for the reason text
 };
 
 struct System {

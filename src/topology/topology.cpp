@@ -3,9 +3,10 @@
 // Options of each call decide.
 #include "peerlink/topology.h"
 
+#include <sys/stat.h>
+
 #include <map>
 #include <mutex>
-#include <sys/stat.h>
 
 #include "common/log.h"
 #include "gpu/runtime.h"
@@ -19,7 +20,7 @@ using common::cat;
 namespace {
 
 std::mutex g_mu;
-std::map<std::string, System> g_systems;         // "machine" or "xml:<path>:<size>:<mtime>"
+std::map<std::string, System> g_systems;           // "machine" or "xml:<path>:<size>:<mtime>"
 std::map<std::string, std::string> g_copy_checks;  // "<bus a>|<bus b>" -> "" or the failure
 
 void log_warnings(const Options& opts, const System& sys) {
@@ -31,7 +32,7 @@ void log_warnings(const Options& opts, const System& sys) {
 System load_system(const Options& opts) {
   std::string key = "machine";
   if (!opts.topo_file.empty()) {
-    struct stat st{};
+    struct stat st {};
     key = stat(opts.topo_file.c_str(), &st) == 0
               ? cat("xml:", opts.topo_file, ":", st.st_size, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec)
               : cat("xml:", opts.topo_file, ":missing");
@@ -64,9 +65,7 @@ LiveChecks cached_live_checks(const System& sys) {
     std::string bus;
     try {
       bus = normalize_bus_id(gpu::pci_bus_id(r));
-    } catch (const std::exception&) {
-      continue;
-    }
+    } catch (const std::exception&) { continue; }
     for (size_t i = 0; i < sys.gpus.size(); ++i)
       if (!bus.empty() && sys.gpus[i].bus_id == bus) runtime_index[i] = r;
   }
@@ -94,9 +93,7 @@ LiveChecks cached_live_checks(const System& sys) {
 }
 
 namespace {
-PairDecision to_public(const Decision& d) {
-  return PairDecision{d.a, d.b, path_name(d.path), d.direct, d.reason};
-}
+PairDecision to_public(const Decision& d) { return PairDecision{d.a, d.b, path_name(d.path), d.direct, d.reason}; }
 }  // namespace
 
 PairDecision decide_pair(const Options& opts, int dev_a, int dev_b) {
@@ -133,7 +130,8 @@ System subsystem(const System& full, const std::vector<std::string>& ids) {
     for (const Gpu& g : full.gpus)
       if (!ids[i].empty() && g.bus_id == ids[i]) found = g.index;
     Gpu g;
-    if (found >= 0) g = full.gpus[found];
+    if (found >= 0)
+      g = full.gpus[found];
     else {
       g.bus_id = ids[i];
       sub.warnings.push_back(cat("GPU '", ids[i], "' of the job is not in ", full.source, "; its pairs relay"));
@@ -147,7 +145,8 @@ System subsystem(const System& full, const std::vector<std::string>& ids) {
   for (size_t a = 0; a < n; ++a)
     for (size_t b = 0; b < n; ++b)
       if (a != b)
-        sub.links[a][b] = from[a] >= 0 && from[b] >= 0 ? full.links[from[a]][from[b]] : pcie_link(sub.gpus[a], sub.gpus[b]);
+        sub.links[a][b] =
+            from[a] >= 0 && from[b] >= 0 ? full.links[from[a]][from[b]] : pcie_link(sub.gpus[a], sub.gpus[b]);
   return sub;
 }
 

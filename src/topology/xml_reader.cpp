@@ -32,8 +32,8 @@ class Parser {
     while (true) {
       const size_t lt = t_.find('<', pos_);
       if (lt == std::string::npos) {
-        if (!stack.empty()) return fail(r, cat("end of file inside <", stack.back()->name, "> opened on line ",
-                                               stack.back()->line));
+        if (!stack.empty())
+          return fail(r, cat("end of file inside <", stack.back()->name, "> opened on line ", stack.back()->line));
         if (!have_root) return fail(r, "no element found");
         r.ok = true;
         return r;
@@ -56,7 +56,8 @@ class Parser {
         skip_space();
         if (name.empty() || pos_ >= t_.size() || t_[pos_] != '>') return fail(r, "malformed closing tag");
         if (stack.empty() || stack.back()->name != name)
-          return fail(r, cat("</", name, "> does not close ", stack.empty() ? "anything" : "<" + stack.back()->name + ">"));
+          return fail(
+              r, cat("</", name, "> does not close ", stack.empty() ? "anything" : "<" + stack.back()->name + ">"));
         stack.pop_back();
         advance_to(pos_ + 1);
       } else {
@@ -116,13 +117,29 @@ class Parser {
   bool read_attrs(XmlNode* node, bool* self_closing, std::string* err) {
     while (true) {
       skip_space();
-      if (pos_ >= t_.size()) { *err = cat("end of file inside tag <", node->name, ">"); return false; }
-      if (t_[pos_] == '>') { advance_to(pos_ + 1); return true; }
-      if (starts("/>")) { advance_to(pos_ + 2); *self_closing = true; return true; }
+      if (pos_ >= t_.size()) {
+        *err = cat("end of file inside tag <", node->name, ">");
+        return false;
+      }
+      if (t_[pos_] == '>') {
+        advance_to(pos_ + 1);
+        return true;
+      }
+      if (starts("/>")) {
+        advance_to(pos_ + 2);
+        *self_closing = true;
+        return true;
+      }
       std::string key = read_name();
-      if (key.empty()) { *err = cat("unexpected '", t_[pos_], "' in tag <", node->name, ">"); return false; }
+      if (key.empty()) {
+        *err = cat("unexpected '", t_[pos_], "' in tag <", node->name, ">");
+        return false;
+      }
       skip_space();
-      if (pos_ >= t_.size() || t_[pos_] != '=') { *err = cat("attribute ", key, " has no value"); return false; }
+      if (pos_ >= t_.size() || t_[pos_] != '=') {
+        *err = cat("attribute ", key, " has no value");
+        return false;
+      }
       advance_to(pos_ + 1);
       skip_space();
       if (pos_ >= t_.size() || (t_[pos_] != '"' && t_[pos_] != '\'')) {
@@ -131,7 +148,10 @@ class Parser {
       }
       const char q = t_[pos_];
       const size_t end = t_.find(q, pos_ + 1);
-      if (end == std::string::npos) { *err = cat("unterminated value of attribute ", key); return false; }
+      if (end == std::string::npos) {
+        *err = cat("unterminated value of attribute ", key);
+        return false;
+      }
       std::string value;
       if (!unescape(t_.substr(pos_ + 1, end - pos_ - 1), &value)) {
         *err = cat("bad entity in attribute ", key);
@@ -144,15 +164,23 @@ class Parser {
   static bool unescape(const std::string& in, std::string* out) {
     for (size_t i = 0; i < in.size(); ++i) {
       if (in[i] == '<') return false;
-      if (in[i] != '&') { *out += in[i]; continue; }
+      if (in[i] != '&') {
+        *out += in[i];
+        continue;
+      }
       const size_t semi = in.find(';', i);
       if (semi == std::string::npos || semi - i > 10) return false;
       const std::string ent = in.substr(i + 1, semi - i - 1);
-      if (ent == "amp") *out += '&';
-      else if (ent == "lt") *out += '<';
-      else if (ent == "gt") *out += '>';
-      else if (ent == "quot") *out += '"';
-      else if (ent == "apos") *out += '\'';
+      if (ent == "amp")
+        *out += '&';
+      else if (ent == "lt")
+        *out += '<';
+      else if (ent == "gt")
+        *out += '>';
+      else if (ent == "quot")
+        *out += '"';
+      else if (ent == "apos")
+        *out += '\'';
       else if (ent.size() > 1 && ent[0] == '#') {
         char* end = nullptr;
         const bool hex = ent[1] == 'x' || ent[1] == 'X';

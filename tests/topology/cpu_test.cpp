@@ -1,13 +1,13 @@
 // CPUID decoding from real register values, the generation table and NCCL's familyid encodings.
-#include <gtest/gtest.h>
-
 #include "topology/cpu.h"
+
+#include <gtest/gtest.h>
 
 namespace peerlink::topology {
 namespace {
 
 // CPUID leaf 0 ebx/edx/ecx as the CPUs return them.
-constexpr uint32_t kAmdEbx = 0x68747541, kAmdEdx = 0x69746e65, kAmdEcx = 0x444d4163;    // "AuthenticAMD"
+constexpr uint32_t kAmdEbx = 0x68747541, kAmdEdx = 0x69746e65, kAmdEcx = 0x444d4163;        // "AuthenticAMD"
 constexpr uint32_t kIntelEbx = 0x756e6547, kIntelEdx = 0x49656e69, kIntelEcx = 0x6c65746e;  // "GenuineIntel"
 
 TEST(TopologyCpu, VendorFromLeaf0Registers) {
@@ -48,10 +48,14 @@ TEST(TopologyCpu, GenerationTableAndBandwidth) {
     const char* gen;
     double gbps;
   } cases[] = {
-      {kAmdEbx, kAmdEdx, kAmdEcx, 0x00B00F21, "Zen5", 32},      {kAmdEbx, kAmdEdx, kAmdEcx, 0x00A10F11, "Zen3/4", 24},
-      {kAmdEbx, kAmdEdx, kAmdEcx, 0x00A00F11, "Zen3/4", 24},    {kAmdEbx, kAmdEdx, kAmdEcx, 0x00830F10, "Zen1/2", 16},
-      {kIntelEbx, kIntelEdx, kIntelEcx, 0x000406F1, "BDW", 6},  {kIntelEbx, kIntelEdx, kIntelEcx, 0x00050654, "SKL", 10},
-      {kIntelEbx, kIntelEdx, kIntelEcx, 0x000806F8, "SRP", 22}, {kIntelEbx, kIntelEdx, kIntelEcx, 0x000C06F2, "ERP", 40},
+      {kAmdEbx, kAmdEdx, kAmdEcx, 0x00B00F21, "Zen5", 32},
+      {kAmdEbx, kAmdEdx, kAmdEcx, 0x00A10F11, "Zen3/4", 24},
+      {kAmdEbx, kAmdEdx, kAmdEcx, 0x00A00F11, "Zen3/4", 24},
+      {kAmdEbx, kAmdEdx, kAmdEcx, 0x00830F10, "Zen1/2", 16},
+      {kIntelEbx, kIntelEdx, kIntelEcx, 0x000406F1, "BDW", 6},
+      {kIntelEbx, kIntelEdx, kIntelEcx, 0x00050654, "SKL", 10},
+      {kIntelEbx, kIntelEdx, kIntelEcx, 0x000806F8, "SRP", 22},
+      {kIntelEbx, kIntelEdx, kIntelEcx, 0x000C06F2, "ERP", 40},
   };
   for (const G& g : cases) {
     const CpuInfo c = cpu_from_cpuid(g.ebx, g.ecx, g.edx, g.eax);

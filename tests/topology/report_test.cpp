@@ -1,13 +1,14 @@
 // Renderings: the JSON schema (parsed back and checked key by key), the text matrix, zero GPUs,
 // and explain() from the public header.
+#include "topology/report.h"
+
+#include <gtest/gtest.h>
+
 #include <cctype>
 #include <map>
 #include <memory>
 
-#include <gtest/gtest.h>
-
 #include "peerlink/topology.h"
-#include "topology/report.h"
 #include "topology_test_util.h"
 
 namespace peerlink::topology {
@@ -45,7 +46,9 @@ class JsonParser {
   }
 
  private:
-  void ws() { while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_; }
+  void ws() {
+    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
+  }
   bool lit(const char* l) {
     const std::string x = l;
     if (s_.compare(i_, x.size(), x) != 0) return false;
@@ -55,11 +58,18 @@ class JsonParser {
   bool string(std::string* out) {
     if (i_ >= s_.size() || s_[i_] != '"') return false;
     for (++i_; i_ < s_.size(); ++i_) {
-      if (s_[i_] == '"') { ++i_; return true; }
+      if (s_[i_] == '"') {
+        ++i_;
+        return true;
+      }
       if (static_cast<unsigned char>(s_[i_]) < 0x20) return false;
       if (s_[i_] == '\\') {
         if (++i_ >= s_.size()) return false;
-        if (s_[i_] == 'u') { i_ += 4; *out += '?'; continue; }
+        if (s_[i_] == 'u') {
+          i_ += 4;
+          *out += '?';
+          continue;
+        }
         *out += s_[i_] == 'n' ? '\n' : s_[i_] == 't' ? '\t' : s_[i_];
         continue;
       }
@@ -75,7 +85,10 @@ class JsonParser {
       v->kind = Json::Obj;
       ++i_;
       ws();
-      if (i_ < s_.size() && s_[i_] == '}') { ++i_; return true; }
+      if (i_ < s_.size() && s_[i_] == '}') {
+        ++i_;
+        return true;
+      }
       while (true) {
         ws();
         std::string k;
@@ -86,8 +99,14 @@ class JsonParser {
         if (!value(&child)) return false;
         v->obj.emplace_back(k, std::move(child));
         ws();
-        if (i_ < s_.size() && s_[i_] == ',') { ++i_; continue; }
-        if (i_ < s_.size() && s_[i_] == '}') { ++i_; return true; }
+        if (i_ < s_.size() && s_[i_] == ',') {
+          ++i_;
+          continue;
+        }
+        if (i_ < s_.size() && s_[i_] == '}') {
+          ++i_;
+          return true;
+        }
         return false;
       }
     }
@@ -95,20 +114,38 @@ class JsonParser {
       v->kind = Json::Arr;
       ++i_;
       ws();
-      if (i_ < s_.size() && s_[i_] == ']') { ++i_; return true; }
+      if (i_ < s_.size() && s_[i_] == ']') {
+        ++i_;
+        return true;
+      }
       while (true) {
         Json child;
         if (!value(&child)) return false;
         v->arr.push_back(std::move(child));
         ws();
-        if (i_ < s_.size() && s_[i_] == ',') { ++i_; continue; }
-        if (i_ < s_.size() && s_[i_] == ']') { ++i_; return true; }
+        if (i_ < s_.size() && s_[i_] == ',') {
+          ++i_;
+          continue;
+        }
+        if (i_ < s_.size() && s_[i_] == ']') {
+          ++i_;
+          return true;
+        }
         return false;
       }
     }
-    if (c == '"') { v->kind = Json::Str; return string(&v->str); }
-    if (lit("null")) { v->kind = Json::Null; return true; }
-    if (lit("true") || lit("false")) { v->kind = Json::Bool; return true; }
+    if (c == '"') {
+      v->kind = Json::Str;
+      return string(&v->str);
+    }
+    if (lit("null")) {
+      v->kind = Json::Null;
+      return true;
+    }
+    if (lit("true") || lit("false")) {
+      v->kind = Json::Bool;
+      return true;
+    }
     char* end = nullptr;
     v->num = std::strtod(s_.c_str() + i_, &end);
     if (end == s_.c_str() + i_) return false;
@@ -128,7 +165,8 @@ TEST(TopologyReport, JsonFollowsTheSchemaExactly) {
   Json j;
   ASSERT_TRUE(JsonParser(text).parse(&j)) << text;
   EXPECT_EQ(j.keys(), (std::vector<std::string>{"cpu", "p2p_level", "gpus", "pairs"}));
-  EXPECT_EQ(j.at("cpu").keys(), (std::vector<std::string>{"vendor", "family", "model", "generation", "inter_socket_gbps"}));
+  EXPECT_EQ(j.at("cpu").keys(),
+            (std::vector<std::string>{"vendor", "family", "model", "generation", "inter_socket_gbps"}));
   EXPECT_EQ(j.at("cpu").at("vendor").str, "GenuineIntel");
   EXPECT_EQ(j.at("cpu").at("family").num, 6);
   EXPECT_EQ(j.at("cpu").at("model").num, 0x8F);

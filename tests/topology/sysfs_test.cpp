@@ -12,7 +12,8 @@ using Rows = std::vector<std::string>;
 
 std::map<std::string, std::vector<NvLinkPeer>> nvswitch_box(const std::vector<std::string>& buses) {
   std::map<std::string, std::vector<NvLinkPeer>> m;
-  const std::pair<const char*, int> switches[] = {{"0000:05:00.0", 5}, {"0000:06:00.0", 4}, {"0000:07:00.0", 4}, {"0000:08:00.0", 5}};
+  const std::pair<const char*, int> switches[] = {
+      {"0000:05:00.0", 5}, {"0000:06:00.0", 4}, {"0000:07:00.0", 4}, {"0000:08:00.0", 5}};
   for (const std::string& b : buses)
     for (const auto& [sw, n] : switches) m[b].push_back({sw, NvLinkPeer::Kind::Switch, n});
   return m;
@@ -28,9 +29,7 @@ TEST(TopologySysfs, DgxH100NvSwitchAllPairsNvlink) {
   EXPECT_EQ(s.cpu.generation, "SRP");
   for (size_t a = 0; a < 8; ++a)
     for (size_t b = 0; b < 8; ++b)
-      if (a != b) {
-        EXPECT_EQ(s.links[a][b].path, PathType::NVL) << a << "-" << b;
-      }
+      if (a != b) { EXPECT_EQ(s.links[a][b].path, PathType::NVL) << a << "-" << b; }
   EXPECT_NE(s.links[0][5].detail.find("NVSwitch (18 links"), std::string::npos) << s.links[0][5].detail;
   Options o;
   for (const std::string& r : transport_matrix(o, s)) EXPECT_EQ(r.find('r'), std::string::npos) << r;
@@ -57,9 +56,8 @@ TEST(TopologySysfs, TurinEightGpusSameSocketDirectCrossSocketRelay) {
   EXPECT_EQ(s.gpus[2].numa, 1);
   EXPECT_EQ(s.gpus[2].socket, 0) << "NPS2: NUMA node 1 is on socket 0";
   EXPECT_EQ(s.gpus[4].socket, 1);
-  const Rows paths = {"X PHB PHB PHB SYS SYS SYS SYS", "PHB X PHB PHB SYS SYS SYS SYS",
-                      "PHB PHB X PHB SYS SYS SYS SYS", "PHB PHB PHB X SYS SYS SYS SYS",
-                      "SYS SYS SYS SYS X PHB PHB PHB", "SYS SYS SYS SYS PHB X PHB PHB",
+  const Rows paths = {"X PHB PHB PHB SYS SYS SYS SYS", "PHB X PHB PHB SYS SYS SYS SYS", "PHB PHB X PHB SYS SYS SYS SYS",
+                      "PHB PHB PHB X SYS SYS SYS SYS", "SYS SYS SYS SYS X PHB PHB PHB", "SYS SYS SYS SYS PHB X PHB PHB",
                       "SYS SYS SYS SYS PHB PHB X PHB", "SYS SYS SYS SYS PHB PHB PHB X"};
   EXPECT_EQ(path_matrix(s), paths);
   EXPECT_NE(s.links[0][2].detail.find("different root complexes pci0000:00 and pci0000:40 of CPU socket 0"),
@@ -101,9 +99,9 @@ TEST(TopologySysfs, IntelTwoSwitchesPixPxbPhb) {
 TEST(TopologySysfs, NvlinkBridgedPairsAcrossSockets) {
   auto bridge = [](const char* peer) { return std::vector<NvLinkPeer>{{peer, NvLinkPeer::Kind::Gpu, 4}}; };
   const System s = probe_fixture("nvlink_pairs_2socket", fake_nvlinks({{"0000:03:00.0", bridge("0000:04:00.0")},
-                                                                      {"0000:04:00.0", bridge("0000:03:00.0")},
-                                                                      {"0000:83:00.0", bridge("0000:84:00.0")},
-                                                                      {"0000:84:00.0", bridge("0000:83:00.0")}}));
+                                                                       {"0000:04:00.0", bridge("0000:03:00.0")},
+                                                                       {"0000:83:00.0", bridge("0000:84:00.0")},
+                                                                       {"0000:84:00.0", bridge("0000:83:00.0")}}));
   const Rows paths = {"X NVL SYS SYS", "NVL X SYS SYS", "SYS SYS X NVL", "SYS SYS NVL X"};
   EXPECT_EQ(path_matrix(s), paths);
   EXPECT_EQ(s.cpu.generation, "SKL");
@@ -127,9 +125,9 @@ TEST(TopologySysfs, FlatBusVmIsPhbNotGarbage) {
   Options o;
   EXPECT_EQ(transport_matrix(o, s)[0], "X r");  // Intel default PXB
   // The VM's GPUs linked by NVLink (as on an NVLink H200 pair) are direct.
-  const System nv = probe_fixture(
-      "flat_vm", fake_nvlinks({{"0000:00:05.0", {{"0000:00:06.0", NvLinkPeer::Kind::Gpu, 18}}},
-                               {"0000:00:06.0", {{"0000:00:05.0", NvLinkPeer::Kind::Gpu, 18}}}}));
+  const System nv =
+      probe_fixture("flat_vm", fake_nvlinks({{"0000:00:05.0", {{"0000:00:06.0", NvLinkPeer::Kind::Gpu, 18}}},
+                                             {"0000:00:06.0", {{"0000:00:05.0", NvLinkPeer::Kind::Gpu, 18}}}}));
   EXPECT_EQ(path_matrix(nv)[0], "X NVL");
   EXPECT_EQ(transport_matrix(o, nv)[0], "X d");
 }
@@ -137,8 +135,10 @@ TEST(TopologySysfs, FlatBusVmIsPhbNotGarbage) {
 TEST(TopologySysfs, NvlinkToUnknownGpuOrCpuIsIgnored) {
   // A link to a GPU we do not use (hidden) or to a CPU does not make a pair NVL.
   const System s = probe_fixture(
-      "turin_2gpu", fake_nvlinks({{"0000:01:00.0", {{"0000:99:00.0", NvLinkPeer::Kind::Gpu, 4}, {"cpu", NvLinkPeer::Kind::Other, 4}}},
-                                  {"0000:81:00.0", {{"0000:99:00.0", NvLinkPeer::Kind::Gpu, 4}, {"cpu", NvLinkPeer::Kind::Other, 4}}}}));
+      "turin_2gpu",
+      fake_nvlinks(
+          {{"0000:01:00.0", {{"0000:99:00.0", NvLinkPeer::Kind::Gpu, 4}, {"cpu", NvLinkPeer::Kind::Other, 4}}},
+           {"0000:81:00.0", {{"0000:99:00.0", NvLinkPeer::Kind::Gpu, 4}, {"cpu", NvLinkPeer::Kind::Other, 4}}}}));
   EXPECT_EQ(path_matrix(s)[0], "X SYS");
 }
 

@@ -1,15 +1,15 @@
 // Helpers shared by the topology tests: fixture paths, compact path matrices, fake NVLink sources
 // and throw-away sysfs trees for malformed-input cases.
 #pragma once
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <string>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "topology/policy.h"
 #include "topology/probe.h"

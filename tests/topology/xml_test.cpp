@@ -1,9 +1,9 @@
 // NCCL topology XML: the fixtures (same answers as the matching sysfs trees), both familyid
 // encodings, the reader's edge cases, and malformed input (warning + conservative, never a crash).
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 #include "topology/cpu.h"
 #include "topology/xml_reader.h"
@@ -62,12 +62,14 @@ TEST(TopologyXml, TurinEightGpusBuggyAndCorrectFamilyId) {
   }
   // Zen3 (Milan) written both ways.
   for (const char* fam : {"175", "25"}) {
-    const System s = system_from_nccl_xml_text(replace_all(text, "familyid=\"191\"", std::string("familyid=\"") + fam + "\""), "x");
+    const System s =
+        system_from_nccl_xml_text(replace_all(text, "familyid=\"191\"", std::string("familyid=\"") + fam + "\""), "x");
     EXPECT_EQ(s.cpu.family, 0x19) << fam;
     EXPECT_EQ(s.cpu.generation, "Zen3/4") << fam;
   }
   for (const char* fam : {"143", "23"}) {
-    const System s = system_from_nccl_xml_text(replace_all(text, "familyid=\"191\"", std::string("familyid=\"") + fam + "\""), "x");
+    const System s =
+        system_from_nccl_xml_text(replace_all(text, "familyid=\"191\"", std::string("familyid=\"") + fam + "\""), "x");
     EXPECT_EQ(s.cpu.family, 0x17) << fam;
   }
 }
@@ -75,9 +77,9 @@ TEST(TopologyXml, TurinEightGpusBuggyAndCorrectFamilyId) {
 TEST(TopologyXml, SameAnswersAsSysfsForEveryFixture) {
   auto bridge = [](const char* peer) { return std::vector<NvLinkPeer>{{peer, NvLinkPeer::Kind::Gpu, 4}}; };
   const System nvl = probe_fixture("nvlink_pairs_2socket", fake_nvlinks({{"0000:03:00.0", bridge("0000:04:00.0")},
-                                                                        {"0000:04:00.0", bridge("0000:03:00.0")},
-                                                                        {"0000:83:00.0", bridge("0000:84:00.0")},
-                                                                        {"0000:84:00.0", bridge("0000:83:00.0")}}));
+                                                                         {"0000:04:00.0", bridge("0000:03:00.0")},
+                                                                         {"0000:83:00.0", bridge("0000:84:00.0")},
+                                                                         {"0000:84:00.0", bridge("0000:83:00.0")}}));
   EXPECT_EQ(path_matrix(system_from_nccl_xml_file(xml_fixture("nvlink_pairs_2socket"))), path_matrix(nvl));
   for (const char* name : {"turin_2gpu", "intel_2switch", "flat_vm"}) {
     const System x = system_from_nccl_xml_file(xml_fixture(name));
@@ -158,7 +160,8 @@ TEST(TopologyXml, WellFormedButWrongContentWarns) {
   s = system_from_nccl_xml_text(
       "<system version=\"2\"><cpu numaid=\"x\" vendor=\"AuthenticAMD\" familyid=\"abc\" modelid=\"1\">"
       "<pci class=\"0x030200\"><gpu dev=\"0\"/></pci>"
-      "<pci busid=\"0000:41:00.0\" class=\"0x030200\"><gpu dev=\"zero\"><nvlink target=\"0000:81:00.0\" count=\"many\"/>"
+      "<pci busid=\"0000:41:00.0\" class=\"0x030200\"><gpu dev=\"zero\"><nvlink target=\"0000:81:00.0\" "
+      "count=\"many\"/>"
       "<nvlink count=\"2\"/></gpu></pci></cpu>"
       "<cpu numaid=\"1\"><pci busid=\"0000:81:00.0\" class=\"0x030200\"><gpu dev=\"1\"/></pci></cpu></system>",
       "odd.xml");
