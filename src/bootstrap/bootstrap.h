@@ -30,7 +30,7 @@ struct alignas(64) RankSlot {
   uint64_t relay_mask;       // bit p: this rank wants relay towards rank p
   std::atomic<uint64_t> barrier_count;
   std::atomic<uint64_t> allgather_seq;
-  char pci_bus_id[16];
+  char pci_bus_id[32];
 };
 
 struct BootLayout {

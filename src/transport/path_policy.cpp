@@ -2,6 +2,9 @@
 
 #include "common/log.h"
 #include "gpu/runtime.h"
+#include "peerlink/topology.h"
+
+#include <algorithm>
 
 namespace peerlink::detail {
 
@@ -15,6 +18,41 @@ PathChoice choose_path(const Options& opts, int my_device, int peer_device) {
   if (!gpu::can_access_peer(my_device, peer_device))
     return {Path::Relay, cat("the runtime reports no peer access between GPU ", my_device, " and ", peer_device)};
   return {Path::Direct, cat("peer access between GPU ", my_device, " and ", peer_device)};
+}
+
+std::vector<PathChoice> choose_paths(const Options& opts, int rank, const std::vector<std::string>& bus_ids) {
+  using common::cat;
+  std::vector<PathChoice> out(bus_ids.size(), PathChoice{Path::Direct, "self"});
+  if (opts.path == Path::Relay || opts.p2p_disable || opts.path == Path::Direct || bus_ids[rank].empty()) {
+    for (size_t p = 0; p < bus_ids.size(); ++p)
+      if (static_cast<int>(p) != rank) out[p] = choose_path(opts, bus_ids[rank].empty() ? -1 : 0, bus_ids[p].empty() ? -1 : 1);
+    return out;
+  }
+  // The job's distinct GPUs, in bus-id order (the same list on every rank).
+  std::vector<std::string> gpus;
+  for (const auto& b : bus_ids)
+    if (!b.empty()) gpus.push_back(b);
+  std::sort(gpus.begin(), gpus.end());
+  gpus.erase(std::unique(gpus.begin(), gpus.end()), gpus.end());
+  auto index_of = [&](const std::string& b) { return int(std::find(gpus.begin(), gpus.end(), b) - gpus.begin()); };
+  std::vector<topology::PairDecision> pairs = gpus.size() > 1 ? topology::decide_job_pairs(opts, gpus)
+                                                              : std::vector<topology::PairDecision>{};
+  for (size_t p = 0; p < bus_ids.size(); ++p) {
+    if (static_cast<int>(p) == rank) continue;
+    if (bus_ids[p].empty()) {
+      out[p] = {Path::Direct, "peer uses host memory"};
+      continue;
+    }
+    if (bus_ids[p] == bus_ids[rank]) {
+      out[p] = {Path::Direct, cat("same GPU ", bus_ids[p])};
+      continue;
+    }
+    int a = std::min(index_of(bus_ids[rank]), index_of(bus_ids[p])), b = std::max(index_of(bus_ids[rank]), index_of(bus_ids[p]));
+    out[p] = {Path::Relay, "topology gave no decision for this pair"};
+    for (const auto& d : pairs)
+      if (d.a == a && d.b == b) out[p] = {d.direct ? Path::Direct : Path::Relay, cat(d.path, ": ", d.reason)};
+  }
+  return out;
 }
 
 }  // namespace peerlink::detail

@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "peerlink/errors.h"
+#include "peerlink/topology.h"
 #include "transport/path_policy.h"
 #include "transport/transport.h"
 
@@ -41,13 +42,16 @@ void Transport::setup_links() {
   auto& L = boot_->layout();
   // 1. Paths: each rank states which peers it wants relayed; a pair relays when either side asks.
   uint64_t mask = 0;
-  std::vector<std::string> reasons(world_);
+  std::vector<std::string> bus_ids(world_), reasons(world_);
+  for (int p = 0; p < world_; ++p) bus_ids[p] = L.slots[p].device >= 0 ? std::string(L.slots[p].pci_bus_id) : "";
+  std::vector<PathChoice> choices = choose_paths(opts_, rank_, bus_ids);
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
-    PathChoice c = choose_path(opts_, device_, L.slots[p].device);
-    reasons[p] = c.reason;
-    if (c.path == Path::Relay) mask |= uint64_t(1) << p;
+    reasons[p] = choices[p].reason;
+    if (choices[p].path == Path::Relay) mask |= uint64_t(1) << p;
   }
+  if (device_ >= 0 && opts_.log_level >= LogLevel::Info)
+    common::log_line(LogLevel::Info, opts_.log_level, cat("topology:\n", topology::explain(opts_)));
   L.slots[rank_].relay_mask = mask;
   boot_->barrier(opts_.timeout);
 
