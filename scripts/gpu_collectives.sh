@@ -53,10 +53,15 @@ for v in ${SWEEP_VARIANTS:-}; do
   echo "variant $v" > "$OUT/variant$i.txt"
   step sweep_v$i 60 env "$kv" "$BUILD/bin/allreduce_sweep" "$algo" "$lo" "$hi"
 done
+# Same-machine NCCL reference (torch), when NCCL_REF=1.
+if [ "${NCCL_REF:-0}" = 1 ] && python3 -c 'import torch' 2> /dev/null; then
+  step nccl_ref 120 env NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 python3 -m torch.distributed.run \
+    --nproc_per_node=2 tests/collectives/sweep/nccl_ref.py
+fi
 if command -v compute-sanitizer > /dev/null || [ -x "$CUDA_HOME/bin/compute-sanitizer" ]; then
   CS=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
   step racecheck ${RACECHECK_SECS:-120} "$CS" --tool racecheck --target-processes all --error-exitcode 9 \
     "$TESTBIN" --gtest_filter='AllreduceGpu.SanitizerSmall'
 fi
-for f in "$OUT"/sweep*.log; do echo "== $f"; grep -E "^(oneshot|twoshot|bandwidth|auto) " "$f"; done > "$OUT/sweep_table.txt" 2>/dev/null || true
+for f in "$OUT"/sweep*.log "$OUT"/nccl_ref.log; do echo "== $f"; grep -E "^(oneshot|twoshot|bandwidth|auto|nccl) " "$f"; done > "$OUT/sweep_table.txt" 2>/dev/null || true
 exit $status

@@ -103,7 +103,7 @@ CollState& coll_state(Communicator& comm) {
   size_t cap = static_cast<size_t>(env_int("PEERLINK_ALLREDUCE_SCRATCH_BYTES", static_cast<long long>(default_cap(st->host, impl.world_size())),
                                            64, 1LL << 32));
   cap = round_up(cap, 64);
-  st->threads = static_cast<int>(env_int("PEERLINK_ALLREDUCE_THREADS", 512, 64, 1024));
+  st->threads = static_cast<int>(env_int("PEERLINK_ALLREDUCE_THREADS", 0, 0, 1024));  // 0: per algorithm
   st->blocks_override = static_cast<int>(env_int("PEERLINK_ALLREDUCE_BLOCKS", 0, 0, kMaxBlocks));
   st->layout.world = st->world;
   st->layout.cap = cap;

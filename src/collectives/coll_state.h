@@ -31,7 +31,7 @@ struct CollState {
   gpu::MemHandle data_handle[kMaxRanks];
 
   // Tuning read from the environment when the state is created (per communicator, not static).
-  int threads = 512;
+  int threads = 0;          // PEERLINK_ALLREDUCE_THREADS; 0 = per algorithm (allreduce.cpp)
   int blocks_override = 0;  // PEERLINK_ALLREDUCE_BLOCKS
   int sm_count = 0;
   size_t ll_max = 0;        // GPU: one-shot messages up to this many bytes go through LL lines
