@@ -114,14 +114,23 @@ void device_free(void* p) {
 }
 
 bool is_device_pointer(const void* p) {
-  RT(PointerAttributes) a{};
-  if (RT(PointerGetAttributes)(&a, p) != RT_SUCCESS) {
-    (void)RT(GetLastError)();
+#if defined(PEERLINK_HIP)
+  hipPointerAttribute_t a{};
+  if (hipPointerGetAttributes(&a, p) != hipSuccess) {
+    (void)hipGetLastError();
     return false;
   }
-#if defined(PEERLINK_HIP)
+#if HIP_VERSION_MAJOR >= 6
   return a.type == hipMemoryTypeDevice;
 #else
+  return a.memoryType == hipMemoryTypeDevice;
+#endif
+#else
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
   return a.type == cudaMemoryTypeDevice;
 #endif
 }
