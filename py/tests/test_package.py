@@ -47,7 +47,8 @@ def _launch(*args, timeout=60):
 
 
 def test_launch_runs_pingpong_example():
-    p, _ = _launch("-n", "2", "--timeout", "120", "examples/pingpong.py", "--iters", "20")
+    p, _ = _launch("-n", "2", "--timeout", "100", "examples/pingpong.py", "--iters", "20",
+                   "--sizes", "8,4096,262144", timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "verified" in p.stdout
 
