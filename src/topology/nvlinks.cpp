@@ -50,18 +50,19 @@ struct Nvml {
 
 }  // namespace
 
-bool nvml_nvlinks(const std::vector<std::string>& bus_ids, NvLinkTable* out, std::string* why) {
+bool nvml_nvlinks(const std::vector<std::string>& bus_ids, NvLinkTable* out, std::string* why,
+                  const std::string& library) {
   Nvml nv;
-  nv.lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  nv.lib = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!nv.lib) {
-    *why = "libnvidia-ml.so.1 not loadable";
+    *why = library + " not loadable";
     return false;
   }
   if (!nv.sym(&nv.init, "nvmlInit_v2") || !nv.sym(&nv.shutdown, "nvmlShutdown") ||
       !nv.sym(&nv.by_bus_id, "nvmlDeviceGetHandleByPciBusId_v2") ||
       !nv.sym(&nv.link_state, "nvmlDeviceGetNvLinkState") ||
       !nv.sym(&nv.remote_pci, "nvmlDeviceGetNvLinkRemotePciInfo_v2")) {
-    *why = "libnvidia-ml.so.1 lacks an NVLink function";
+    *why = library + " lacks an NVLink function";
     return false;
   }
   nv.sym(&nv.remote_type, "nvmlDeviceGetNvLinkRemoteDeviceType");

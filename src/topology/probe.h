@@ -22,8 +22,10 @@ using NvLinkTable = std::vector<std::vector<NvLinkPeer>>;  // per GPU, in System
 // Answers NVLink endpoints for the given GPU bus ids; false (with *why) when it cannot answer.
 using NvLinkSource = std::function<bool(const std::vector<std::string>& bus_ids, NvLinkTable* out, std::string* why)>;
 
-// NVML through dlopen("libnvidia-ml.so.1"); false when the library or a GPU is not there.
-bool nvml_nvlinks(const std::vector<std::string>& bus_ids, NvLinkTable* out, std::string* why);
+// NVML through dlopen("libnvidia-ml.so.1"); false when the library or a GPU is not there. Tests
+// pass another library path.
+bool nvml_nvlinks(const std::vector<std::string>& bus_ids, NvLinkTable* out, std::string* why,
+                  const std::string& library = "libnvidia-ml.so.1");
 
 // Marks GPU pairs linked directly, or through a common NVSwitch, as NVL.
 void apply_nvlinks(System* sys, const NvLinkTable& table, const std::string& source);
