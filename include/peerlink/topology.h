@@ -21,12 +21,13 @@ struct PairDecision {
 // problems never throw: they are logged as warnings and the answer is conservative (relay).
 // Throws InvalidArgument only for an invalid opts.p2p_level. On a live machine, a pair the policy
 // allows is also checked with the runtime's peer-access answer and a small real copy with a known
-// pattern (once per process and pair; the result is cached).
+// pattern (once per process and pair; the result is cached). That check allocates 256 KiB on both
+// devices, so it initializes the runtime on the peer device in this process too.
 PairDecision decide_pair(const Options& opts, int dev_a, int dev_b);
 
-// For jobs whose processes each see only their own GPU (CUDA_VISIBLE_DEVICES): the job's GPUs
-// named by PCI bus id ("0000:3b:00.0", gathered from every rank), every pair a < b (a, b are
-// positions in bus_ids). Paths come from sysfs and NVML, or opts.topo_file; the AMD default
+// The job's GPUs named by PCI bus id ("0000:3b:00.0", gathered from every rank), every pair a < b
+// (a, b are positions in bus_ids). Works also when each process sees only its own GPU
+// (CUDA_VISIBLE_DEVICES), which decide_pair's runtime indices cannot express. Paths come from sysfs and NVML, or opts.topo_file; the AMD default
 // counts the job's GPUs, as NCCL does; live checks run only for pairs this process can see.
 // Same error contract as decide_pair.
 std::vector<PairDecision> decide_job_pairs(const Options& opts, const std::vector<std::string>& bus_ids);
