@@ -191,6 +191,13 @@ TEST(TopologyPolicy, LiveChecksSkippedForGpusThisProcessCannotSee) {
 }
 
 TEST(TopologyPolicy, OptionsFromEnvDrivesTheDecision) {
+  // Unset again even when an assertion below fails, so no other test sees these variables.
+  struct Unset {
+    ~Unset() {
+      for (const char* v : {"PEERLINK_TOPO_FILE", "PEERLINK_P2P_LEVEL", "PEERLINK_P2P_DISABLE", "PEERLINK_DEBUG"})
+        unsetenv(v);
+    }
+  } unset_at_exit;
   setenv("PEERLINK_TOPO_FILE", xml_fixture("intel_2switch").c_str(), 1);
   setenv("PEERLINK_P2P_LEVEL", "PHB", 1);
   setenv("PEERLINK_DEBUG", "NONE", 1);
@@ -204,8 +211,6 @@ TEST(TopologyPolicy, OptionsFromEnvDrivesTheDecision) {
   o = Options::from_env();
   EXPECT_FALSE(decide_pair(o, 0, 1).direct);
   EXPECT_NE(decide_pair(o, 0, 1).reason.find("PEERLINK_P2P_DISABLE=1"), std::string::npos);
-  for (const char* v : {"PEERLINK_TOPO_FILE", "PEERLINK_P2P_LEVEL", "PEERLINK_P2P_DISABLE", "PEERLINK_DEBUG"})
-    unsetenv(v);
 }
 
 TEST(TopologyPolicy, TopoFileChangesAreSeen) {
