@@ -42,6 +42,11 @@ class CopyQueue {
   // Stream-ordered store of `value` to `host_addr` (pinned host memory) once every copy enqueued
   // so far has landed. False when the backend cannot (host: the caller stores from the CPU).
   virtual bool signal_after(uint64_t* host_addr, uint64_t value) { return false; }
+  // A small copy whose completion store comes from the copying kernel itself (no copy engine).
+  // False when the backend cannot; then use copy() + signal_after().
+  virtual bool copy_and_signal(void* dst, const void* src, size_t bytes, uint64_t* host_addr, uint64_t value) {
+    return false;
+  }
   virtual void wait_all() = 0;
 };
 

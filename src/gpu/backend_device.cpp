@@ -95,10 +95,19 @@ class DeviceCopyQueue final : public CopyQueue {
 
   bool signal_after(uint64_t* host_addr, uint64_t value) override {
     ensure_device(dev_);
-    auto it = device_addr_.find(host_addr);
-    void* d = it != device_addr_.end() ? it->second : (device_addr_[host_addr] = host_device_pointer(host_addr));
-    stream_write_value64(lanes_[0], d, value);
+    stream_write_value64(lanes_[0], device_view(host_addr), value);
     return true;
+  }
+
+  bool copy_and_signal(void* dst, const void* src, size_t bytes, uint64_t* host_addr, uint64_t value) override {
+    ensure_device(dev_);
+    launch_copy_signal(dst, src, bytes, device_view(host_addr), value, lanes_[0]);
+    return true;
+  }
+
+  void* device_view(uint64_t* host_addr) {
+    auto it = device_addr_.find(host_addr);
+    return it != device_addr_.end() ? it->second : (device_addr_[host_addr] = host_device_pointer(host_addr));
   }
 
   void wait_all() override {

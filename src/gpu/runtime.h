@@ -59,6 +59,9 @@ void* host_device_pointer(void* p);
 // Stream-ordered 64-bit store into device-visible memory, after a system-wide memory barrier: the
 // copy engine's completion signal without a CPU round trip.
 void stream_write_value64(Stream s, void* device_addr, uint64_t value);
+// Small sends: one kernel copies dst <- src and then stores `value` at flag_device_addr
+// (copy_kernel.cu), ordered on stream s like a copy followed by stream_write_value64.
+void launch_copy_signal(void* dst, const void* src, size_t bytes, void* flag_device_addr, uint64_t value, Stream s);
 
 }  // namespace peerlink::gpu
 

@@ -41,6 +41,7 @@ void memset_sync(void*, int, size_t) { no_gpu("memset_sync"); }
 void host_register(void*, size_t) {}
 void host_unregister(void*) {}
 void* host_device_pointer(void* p) { return p; }
+void launch_copy_signal(void*, const void*, size_t, void*, uint64_t, Stream) { no_gpu("launch_copy_signal"); }
 void stream_write_value64(Stream, void*, uint64_t) { no_gpu("stream_write_value64"); }
 
 }  // namespace peerlink::gpu

@@ -96,6 +96,8 @@ Options Options::from_env() {
     o.stripe_streams = static_cast<int>(parse_int("PEERLINK_STRIPE_STREAMS", v, 1, 16));
   if (const char* v = env("PEERLINK_STRIPE_THRESHOLD"))
     o.stripe_threshold = static_cast<size_t>(parse_int("PEERLINK_STRIPE_THRESHOLD", v, 4096, 1LL << 40));
+  if (const char* v = env("PEERLINK_KERNEL_COPY_MAX"))
+    o.kernel_copy_max = static_cast<size_t>(parse_int("PEERLINK_KERNEL_COPY_MAX", v, 0, 1LL << 30));
   if (const char* v = env("PEERLINK_TEST_CHANNEL_NEVER_READY"))
     o.test_channel_never_ready = parse_bool("PEERLINK_TEST_CHANNEL_NEVER_READY", v);
   return o;

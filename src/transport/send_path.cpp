@@ -86,9 +86,16 @@ Request Transport::isend(int peer, const void* src, size_t len, uint32_t buf_id,
         d.len = op->len;
         d.seq.store(op->seq, std::memory_order_release);
       }
-      op->ticket = P.send_queue->copy(op->dst, op->src, len, len >= opts_.stripe_threshold, !gpu_signal);
-      if (gpu_signal && !P.send_queue->signal_after(reinterpret_cast<uint64_t*>(&P.done_out->value), op->seq))
-        throw Error("copy queue cannot signal done_seq");
+      auto* done_word = reinterpret_cast<uint64_t*>(&P.done_out->value);
+      if (gpu_signal && len > 0 && len <= opts_.kernel_copy_max) {
+        // Small: one kernel copies and stores done_seq (the copy engine's start-up costs more).
+        if (!P.send_queue->copy_and_signal(op->dst, op->src, len, done_word, op->seq))
+          throw Error("copy queue cannot run the signalling copy kernel");
+      } else {
+        op->ticket = P.send_queue->copy(op->dst, op->src, len, len >= opts_.stripe_threshold, !gpu_signal);
+        if (gpu_signal && !P.send_queue->signal_after(done_word, op->seq))
+          throw Error("copy queue cannot signal done_seq");
+      }
     } catch (...) {
       --P.next_send_seq;  // nothing was signalled: the sequence number is not consumed
       throw;
