@@ -46,6 +46,7 @@ fi
 if has quick; then  # a short latency / bandwidth probe of the transport (striping on and off)
   B=$BUILD/bin/bench_transport
   run_step lat 60 $B --mode latency --transport direct --completion done_seq -b 8 -e 4M -f 4 -n 300 -w 30
+  PEERLINK_KERNEL_COPY_MAX=0 run_step lat_ce 60 $B --mode latency --transport direct --completion done_seq -b 8 -e 256K -f 8 -n 300 -w 30
   run_step lat_ring 60 $B --mode latency --transport direct --completion ring -b 8 -e 64K -f 8 -n 300 -w 30
   PEERLINK_STRIPE_STREAMS=1 run_step bw_stripe1 90 $B --mode bandwidth --transport direct -b 64M -e 1G -f 4 -n 20 -w 3
   PEERLINK_STRIPE_STREAMS=2 run_step bw_stripe2 90 $B --mode bandwidth --transport direct -b 64M -e 1G -f 4 -n 20 -w 3
