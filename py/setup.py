@@ -104,7 +104,7 @@ class BuildExt(build_ext):
         ext.extra_link_args += ["-Wl,-rpath,$ORIGIN"]
         self._write_build_info(pkg_dir, backend, "libpeerlink.so")
 
-    def _compile_sources_in(self, ext, base):  # noqa: D401
+    def _compile_sources_in(self, ext, base):
         if not (base / "include" / "peerlink" / "peerlink.h").is_file():
             sys.exit(f"peerlink sources not found under {base} (build from the repository checkout)")
         print(f"peerlink: compiling the library sources from {base} into the extension (host-only)")
