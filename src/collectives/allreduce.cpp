@@ -15,13 +15,20 @@ namespace {
 
 using common::cat;
 
-// Auto selection. The GPU crossovers come from the sweep in scripts/gpu_collectives.sh on 2x H200
-// (see the report in the commit history); more ranks push (n-1)x the bytes in one-shot, so its
-// window shrinks with n. On the host backend the algorithms only differ in work split; the same
-// shape of rule keeps both algorithms exercised in CI.
+// Auto selection. GPU crossovers measured on 2x H200 (NVLink), bf16, CUDA graph, time per call
+// (scripts/gpu_collectives.sh, 2026-11-22):
+//   one-shot LL  8 B: 2.4 us, 64 KB: 3.1 us, 256 KB: 4.3 us, 512 KB: 5.8 us, 1 MB: 9.6 us
+//   one-shot (flags, full grid) 512 KB: 7.3 us, 1 MB: 9.0 us, 2 MB: 13.1 us, 4 MB: 20.3 us, 8 MB: 34.4 us
+//   two-shot 1 MB: 12.2 us, 4 MB: 21.6 us, 8 MB: 35.6 us     bandwidth 16 MB: 61.0 us, 256 MB: 337 GB/s
+// so with 2 ranks one-shot wins up to 8 MB (LL up to 512 KB, see PEERLINK_ALLREDUCE_LL_MAX) and the
+// bandwidth kernel above; two-shot never wins there. One-shot pushes (n-1)x the bytes, so for more
+// ranks its window shrinks and two-shot takes the middle: those thresholds are estimates (no machine
+// with more than 2 GPUs was available), override with PEERLINK_ALLREDUCE_ALGO.
+// On the host backend the algorithms only differ in work split; the rule keeps both exercised in CI.
 AllreduceAlgo choose(size_t bytes, int world, bool host) {
   if (host) return bytes <= (size_t(64) << 10) ? AllreduceAlgo::OneShot : AllreduceAlgo::TwoShot;
-  size_t one_shot_max = world <= 2 ? (size_t(1) << 20) : world <= 4 ? (size_t(256) << 10) : (size_t(64) << 10);
+  if (world <= 2) return bytes <= (size_t(8) << 20) ? AllreduceAlgo::OneShot : AllreduceAlgo::Bandwidth;
+  size_t one_shot_max = world <= 4 ? (size_t(256) << 10) : (size_t(64) << 10);
   if (bytes <= one_shot_max) return AllreduceAlgo::OneShot;
   if (bytes <= (size_t(4) << 20)) return AllreduceAlgo::TwoShot;
   return AllreduceAlgo::Bandwidth;

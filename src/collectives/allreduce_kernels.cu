@@ -108,8 +108,10 @@ __device__ bool wait_peers(const LaunchArgs& a, int phase, uint64_t seq) {
   return s_failed == 0;
 }
 
+// Bounded to 1024 threads so every instantiation fits the register file at the bandwidth grid
+// (without it some types need 72 registers and a 1024-thread launch fails).
 template <typename T, int Op, bool OneShot>
-__global__ void allreduce_kernel(LaunchArgs a) {
+__global__ void __launch_bounds__(1024) allreduce_kernel(LaunchArgs a) {
   __shared__ uint64_t s_seq;
   __shared__ uint32_t s_abort;
   FlagArea* mine = a.flags[a.rank];
@@ -226,7 +228,7 @@ __device__ __forceinline__ void store_word(char* p, size_t w, size_t bytes, bool
 }
 
 template <typename T, int Op>
-__global__ void oneshot_ll_kernel(LaunchArgs a) {
+__global__ void __launch_bounds__(1024) oneshot_ll_kernel(LaunchArgs a) {
   __shared__ uint64_t s_seq;
   __shared__ uint32_t s_abort;
   FlagArea* mine = a.flags[a.rank];
