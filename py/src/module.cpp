@@ -17,6 +17,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "bindings.h"
 #include "peerlink/peerlink.h"
@@ -92,6 +94,27 @@ struct Allocation {
   }
 };
 
+// Sources of sends whose Request object was dropped before completion: the copy still reads
+// them, so they stay referenced here until the operation ends (like torch keeps the tensors of
+// an unwaited isend). Swept, with the GIL held, whenever a request is created. Heap-allocated and
+// never destroyed: Python objects must not be released after interpreter finalization.
+std::vector<std::pair<Request, py::object>>& orphans() {
+  static auto* v = new std::vector<std::pair<Request, py::object>>();
+  return *v;
+}
+
+void sweep_orphans() {
+  auto& v = orphans();
+  v.erase(std::remove_if(v.begin(), v.end(), [](std::pair<Request, py::object>& o) {
+            try {
+              return o.first.test();
+            } catch (...) {
+              return true;  // failed: nothing reads the source any more
+            }
+          }),
+          v.end());
+}
+
 // A Request plus what Python needs around it: the objects that must outlive the operation
 // (the source tensor of a send), a description for timeout messages and the default bound.
 struct PyRequest {
@@ -100,6 +123,17 @@ struct PyRequest {
   std::string what;
   int64_t default_timeout_ms = 60000;
   bool done = false;
+
+  ~PyRequest() {
+    if (done || keepalive.is_none()) return;
+    bool pending;
+    try {
+      pending = !req.test();
+    } catch (...) {
+      pending = false;
+    }
+    if (pending) orphans().emplace_back(req, std::move(keepalive));
+  }
 
   void finish() {
     done = true;
@@ -165,6 +199,7 @@ struct PyRequest {
 };
 
 PyRequest* make_request(Request r, py::object keep, std::string what, const Communicator& c) {
+  if (!orphans().empty()) sweep_orphans();
   auto* pr = new PyRequest();
   pr->req = std::move(r);
   pr->keepalive = std::move(keep);

@@ -145,3 +145,28 @@ def _properties(comm, ctx):
 
 def test_properties_barrier_stats(kind):
     run_ranks(_properties, world=2, kind=kind)
+
+
+def _dropped_send_requests(comm, ctx):
+    import gc
+
+    piece, count = 64 * 1024, 16
+    if ctx.rank == 1:
+        buf = ctx.empty(comm, piece * count)
+        comm.notify_ipc_tensor(0, 2, buf)
+        for k in range(count):
+            comm.irecv(0, 2, piece, offset=k * piece).wait()
+        for k in range(count):
+            ctx.expect_random(buf[k * piece:(k + 1) * piece], seed=500 + k)
+    else:
+        comm.wait_ipc_buffer(1, 2)
+        for k in range(count):
+            # Neither the request nor the source is kept: the package must keep the source alive
+            # until the copy is done, even with the garbage collector running in between.
+            comm.isend_direct(1, ctx.random(piece, seed=500 + k), 2, remote_offset=k * piece)
+            gc.collect()
+    comm.barrier()
+
+
+def test_dropped_send_requests_keep_their_source(kind):
+    run_ranks(_dropped_send_requests, kind=kind)
