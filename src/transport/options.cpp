@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "peerlink/errors.h"
 #include "peerlink/options.h"
+#include "topology/system.h"
 
 namespace peerlink {
 namespace {
@@ -75,7 +76,12 @@ Options Options::from_env() {
     else throw InvalidArgument(cat("PEERLINK_TRANSPORT='", v, "' is not one of auto, direct, relay"));
   }
   if (const char* v = env("PEERLINK_P2P_DISABLE")) o.p2p_disable = parse_bool("PEERLINK_P2P_DISABLE", v);
-  if (const char* v = env("PEERLINK_P2P_LEVEL")) o.p2p_level = v;
+  if (const char* v = env("PEERLINK_P2P_LEVEL")) {
+    topology::PathType level;
+    if (!topology::parse_level(v, &level))
+      throw InvalidArgument(cat("PEERLINK_P2P_LEVEL='", v, "' is not one of LOC, NVL, PIX, PXB, PHB, SYS or 0-4"));
+    o.p2p_level = v;
+  }
   if (const char* v = env("PEERLINK_TOPO_FILE")) o.topo_file = v;
   if (const char* v = env("PEERLINK_ALLREDUCE_ALGO")) o.allreduce_algo = lower(v);
   if (const char* v = env("PEERLINK_DEBUG")) {

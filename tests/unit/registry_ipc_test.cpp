@@ -128,6 +128,10 @@ TEST(Options, FromEnvParsesAndRejects) {
     EXPECT_NE(std::string(e.what()).find("PEERLINK_COMPLETION='sometimes'"), std::string::npos);
   }
   setenv("PEERLINK_COMPLETION", "auto", 1);
+  setenv("PEERLINK_P2P_LEVEL", "PCIE", 1);
+  EXPECT_THROW(Options::from_env(), InvalidArgument);
+  setenv("PEERLINK_P2P_LEVEL", "4", 1);
+  EXPECT_EQ(Options::from_env().p2p_level, "4");
   setenv("PEERLINK_TIMEOUT_MS", "-5", 1);
   EXPECT_THROW(Options::from_env(), InvalidArgument);
   for (const char* v : {"PEERLINK_TIMEOUT_MS", "PEERLINK_COMPLETION", "PEERLINK_TRANSPORT", "PEERLINK_P2P_LEVEL"}) unsetenv(v);
