@@ -6,7 +6,7 @@
 Each process gets PEERLINK_RANK, PEERLINK_WORLD_SIZE, PEERLINK_UNIQUE_ID (fresh per launch) and,
 with --device-per-rank, PEERLINK_DEVICE=rank; Communicator.from_env() reads them. The launcher
 exits with the first non-zero exit status (a process killed by signal S counts as 128+S), stops the
-other processes when one fails (SIGTERM, then SIGKILL after a grace period) and kills all of them
+other processes when one fails (SIGINT, then SIGKILL after a grace period) and kills all of them
 when --timeout runs out (exit status 124). Ctrl-C stops them all.
 """
 from __future__ import annotations
@@ -28,9 +28,11 @@ def _status(rc: int) -> int:
 
 
 def _stop(procs: List[subprocess.Popen]) -> None:
+    # SIGINT first: Python raises KeyboardInterrupt, `with Communicator(...)` blocks close and the
+    # SHM segments get unlinked (a SIGTERM'd Python dies without cleanup). SIGKILL after a grace.
     for p in procs:
         if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
+            p.send_signal(signal.SIGINT)
     deadline = time.monotonic() + GRACE_S
     for p in procs:
         try:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import peerlink
-from plmp import run_ranks
+from plmp import run_ranks, shm_left
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,6 +69,23 @@ def test_launch_timeout_kills_everything(tmp_path):
     script.write_text("import time\ntime.sleep(60)\n")
     p, took = _launch("-n", "2", "--timeout", "1", str(script))
     assert p.returncode == 124 and took < 15
+
+
+def test_launch_timeout_lets_ranks_clean_up(tmp_path):
+    script = tmp_path / "stuck.py"
+    script.write_text("import time, peerlink\n"
+                      "with peerlink.Communicator.from_env(timeout=20) as c:\n"
+                      "    buf = c.empty(4096, 'uint8')\n"
+                      "    c.barrier()\n"
+                      "    print('ready', flush=True)\n"
+                      "    time.sleep(60)\n")
+    uid = f"pytest-launch-{os.getpid()}"
+    p, took = _launch("-n", "2", "--timeout", "8", "--unique-id", uid, str(script))
+    left = shm_left(uid)
+    for path in left:
+        os.unlink(path)
+    assert p.returncode == 124 and p.stdout.count("ready") == 2, p.stdout + p.stderr
+    assert not left, f"stopped ranks left SHM segments: {left}"
 
 
 def test_launch_env_and_from_env(tmp_path):
