@@ -84,8 +84,7 @@ Request Transport::irecv(int peer, uint32_t buf_id, size_t offset, size_t len) {
   r.len = len;
   std::lock_guard<std::mutex> g(P.recv_mu);
   r.seq = ++P.next_recv_seq;
-  r.req = new_request(cat("irecv from rank ", peer, " (buffer ", buf_id, ", offset ", offset, ", ", len,
-                          " bytes, message ", r.seq, ")"));
+  r.req = new_request("irecv from", peer, buf_id, offset, len, 0, r.seq);
   P.recvs.push_back(r);
   Request out(r.req);
   wake_recv_worker();
@@ -135,7 +134,7 @@ bool Transport::progress_recvs(Peer& P) {
         throw Error(cat("descriptor of message ", r.seq, " from rank ", P.rank, " is missing (found ", d.seq.load(), ")"));
       if (!r.finished) {
         if (d.status != kStatusOk)
-          r.req->fail(std::make_exception_ptr(InvalidArgument(cat(r.req->what, ": the legacy send was rejected"))));
+          r.req->fail(std::make_exception_ptr(InvalidArgument(cat(r.req->what(), ": the legacy send was rejected"))));
         else if (!same_range(r, d.buf_id, d.offset, d.len))
           r.req->fail(mismatch(r, P.rank, d.buf_id, d.offset, d.len));
         else
@@ -168,7 +167,7 @@ bool Transport::progress_recvs(Peer& P) {
     if (!r.finished) {
       if (status == kStatusMismatch) r.req->fail(mismatch(r, P.rank, a.buf_id, a.offset, a.len));
       else if (status != kStatusOk)
-        r.req->fail(std::make_exception_ptr(InvalidArgument(cat(r.req->what, ": the message could not land (status ", status, ")"))));
+        r.req->fail(std::make_exception_ptr(InvalidArgument(cat(r.req->what(), ": the message could not land (status ", status, ")"))));
       else r.req->complete();
     }
     P.arrived.erase(it);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/futex.h"
+#include "common/log.h"
 
 namespace peerlink::detail {
 
@@ -15,7 +16,13 @@ struct RequestState {
   std::atomic<uint32_t> status{kPending};
   std::exception_ptr error;            // set before status becomes kFailed
   std::chrono::milliseconds timeout{60000};  // the communicator's bound for wait()
-  std::string what;                    // "isend to rank 1 (buf 3, 64 bytes)" for timeout messages
+  // What the request is, formatted only when an error needs it (formatting costs more than a
+  // whole steady-state send).
+  const char* kind = "request";        // "isend to" / "irecv from"
+  int peer = -1;
+  uint32_t buf_id = 0;
+  uint64_t offset = 0, len = 0, version = 0, seq = 0;
+  std::string what() const;
 
   void complete() {
     status.store(kDone, std::memory_order_release);
@@ -29,5 +36,10 @@ struct RequestState {
   }
   bool pending() const { return status.load(std::memory_order_acquire) == kPending; }
 };
+
+inline std::string RequestState::what() const {
+  return common::cat(kind, " rank ", peer, " (buffer ", buf_id, ", offset ", offset, ", ", len, " bytes",
+                     version ? common::cat(", version ", version) : std::string(), ", message ", seq, ")");
+}
 
 }  // namespace peerlink::detail

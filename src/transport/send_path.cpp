@@ -14,10 +14,17 @@ using common::cat;
 using Clock = std::chrono::steady_clock;
 }  // namespace
 
-std::shared_ptr<RequestState> Transport::new_request(std::string what) {
+std::shared_ptr<RequestState> Transport::new_request(const char* kind, int peer, uint32_t buf_id, uint64_t offset,
+                                                     uint64_t len, uint64_t version, uint64_t seq) {
   auto r = std::make_shared<RequestState>();
   r->timeout = opts_.timeout;
-  r->what = std::move(what);
+  r->kind = kind;
+  r->peer = peer;
+  r->buf_id = buf_id;
+  r->offset = offset;
+  r->len = len;
+  r->version = version;
+  r->seq = seq;
   return r;
 }
 
@@ -66,8 +73,7 @@ Request Transport::isend(int peer, const void* src, size_t len, uint32_t buf_id,
   }
   std::lock_guard<std::mutex> g(P.send_mu);
   op->seq = ++P.next_send_seq;
-  op->req = new_request(cat("isend to rank ", peer, " (buffer ", buf_id, ", offset ", offset, ", ", len,
-                            " bytes, version ", version, ", message ", op->seq, ")"));
+  op->req = new_request("isend to", peer, buf_id, offset, len, version, op->seq);
   if (P.path == Path::Relay) {
     op->stage = SendOp::kRelay;
   } else if (version > 0) {
@@ -223,7 +229,7 @@ bool Transport::progress_sends(Peer& P) {
       sends_done_seq.fetch_add(1, std::memory_order_relaxed);
     }
     if (op->status != kStatusOk)
-      op->req->fail(std::make_exception_ptr(InvalidArgument(cat(op->req->what, ": rank ", P.rank, " rejected it: ",
+      op->req->fail(std::make_exception_ptr(InvalidArgument(cat(op->req->what(), ": rank ", P.rank, " rejected it: ",
                                                                  status_text(op->status)))));
     else
       op->req->complete();

@@ -55,7 +55,8 @@ class Transport {
   void fail_pending_recvs(Peer& p, std::exception_ptr e);
   bool liveness_sweep(bool sends, int64_t& last_ns);
   Publication wait_publication(int peer, uint32_t buf_id, uint64_t min_version, const char* what);
-  std::shared_ptr<RequestState> new_request(std::string what);
+  std::shared_ptr<RequestState> new_request(const char* kind, int peer, uint32_t buf_id, uint64_t offset,
+                                            uint64_t len, uint64_t version, uint64_t seq);
   void wake_send_worker();
   void wake_recv_worker();
 
