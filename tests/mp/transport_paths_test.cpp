@@ -108,7 +108,7 @@ INSTANTIATE_TEST_SUITE_P(
                     PathCase{Completion::DoneSeq, Path::Relay, 2}, PathCase{Completion::Auto, Path::Direct, 3},
                     PathCase{Completion::Ring, Path::Direct, 3}, PathCase{Completion::Auto, Path::Relay, 3},
                     PathCase{Completion::DoneSeq, Path::Direct, 4}, PathCase{Completion::Ring, Path::Direct, 4},
-                    PathCase{Completion::Auto, Path::Relay, 4}),
+                    PathCase{Completion::Auto, Path::Relay, 4}, PathCase{Completion::Auto, Path::Direct, 8}),
     case_name);
 
 }  // namespace
