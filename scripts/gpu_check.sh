@@ -15,8 +15,11 @@ export PYTHONUNBUFFERED=1
 BUILD=build-cuda
 status=0
 note() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG"; }
+DEADLINE=${DEADLINE:-100000}  # seconds after start: later steps are skipped, so results come back
 run_step() {  # name, timeout seconds, command...
   local name=$1 limit=$2; shift 2
+  if [ "$SECONDS" -ge "$DEADLINE" ]; then note "== $name: SKIPPED (deadline ${DEADLINE}s reached)"; return 0; fi
+  local left=$((DEADLINE - SECONDS)); [ "$left" -lt "$limit" ] && limit=$left
   note "== $name: $*"
   timeout "$limit" "$@" > "$R/$name.log" 2>&1
   local rc=$?
@@ -51,6 +54,20 @@ if has quick; then  # a short latency / bandwidth probe of the transport (stripi
   PEERLINK_STRIPE_STREAMS=1 run_step bw_stripe1 90 $B --mode bandwidth --transport direct -b 64M -e 1G -f 4 -n 20 -w 3
   PEERLINK_STRIPE_STREAMS=2 run_step bw_stripe2 90 $B --mode bandwidth --transport direct -b 64M -e 1G -f 4 -n 20 -w 3
   PEERLINK_STRIPE_STREAMS=4 run_step bw_stripe4 90 $B --mode bandwidth --transport direct -b 64M -e 1G -f 4 -n 20 -w 3
+fi
+if has arbench; then  # allreduce, peerlink and NCCL side by side (nccl-tests columns)
+  A=$BUILD/bin/bench_allreduce
+  run_step ar_bf16_graph 90 $A --impl both -b 8 -e 256M -f 4 -n 20 -w 5 -c 1 -G 1 -d bfloat16 -o sum
+  run_step ar_bf16 90 $A --impl both -b 8 -e 256M -f 4 -n 20 -w 5 -c 1 -d bfloat16 -o sum
+fi
+if has lat; then
+  run_step lat 60 $BUILD/bin/bench_transport --mode latency --transport direct --completion done_seq -b 8 -e 64M -f 4 -n 300 -w 30
+  run_step bw 60 $BUILD/bin/bench_transport --mode bandwidth --transport direct -b 16M -e 1G -f 4 -n 20 -w 3
+fi
+if has pyquick; then  # the Python suite's GPU cases (torch CUDA tensors, CuPy) and a torchrun ping-pong
+  run_step py_install 120 env PEERLINK_BUILD_DIR=$PWD/$BUILD python3 -m pip install -q --no-build-isolation ./py
+  run_step py_gpu 150 python3 -m pytest py/tests -q -rs -p no:cacheprovider -k "torch or cupy or gpu"
+  run_step py_pingpong 60 python3 -m torch.distributed.run --nproc-per-node 2 examples/pingpong.py
 fi
 if has topo && [ -x $BUILD/bin/peerlink-topo ]; then
   run_step topo 60 bash -c "$BUILD/bin/peerlink-topo && $BUILD/bin/peerlink-topo --json"

@@ -67,7 +67,9 @@ TEST(Registry, SeqlockReaderNeverSeesTornWrites) {
   for (int i = 0; i < 100000; ++i) {
     auto p = registry_read(table.data(), 3);
     ASSERT_TRUE(p);
-    if (p->version > 1) ASSERT_EQ(p->len, p->version % 1000 + 1);  // fields of one write
+    if (p->version > 1) {
+      ASSERT_EQ(p->len, p->version % 1000 + 1);  // fields of one write
+    }
   }
   stop = true;
   w.join();
