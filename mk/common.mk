@@ -31,9 +31,13 @@ $(BUILD)/obj/%.o: %.cpp
 $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(DEVICE_COMPILE)
-$(LIB): $(LIB_OBJS)
+# mk/libpeerlink.map exports only peerlink's own symbols. Standard-library template instances that
+# the compiler emits into libpeerlink.so stay local: exported, they would interpose on the process's
+# libstdc++ for every other library (seen on the GPU machine: torch crashed inside std::ostream once
+# libpeerlink.so, built by a newer g++ than the system libstdc++, was loaded before it).
+$(LIB): $(LIB_OBJS) mk/libpeerlink.map
 	@mkdir -p $(dir $@)
-	$(CXX) -shared -o $@ $^ $(LDFLAGS_ALL) $(BACKEND_LDLIBS) -ldl -lrt
+	$(CXX) -shared -o $@ $(LIB_OBJS) $(LDFLAGS_ALL) -Wl,--version-script=mk/libpeerlink.map $(BACKEND_LDLIBS) -ldl -lrt
 $(TEST_BIN): $(TEST_OBJS) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CXX) -o $@ $(TEST_OBJS) -L$(BUILD)/lib -lpeerlink $(LIB_RPATH) $(LDFLAGS_ALL) $(BACKEND_LDLIBS) -lgtest -lgtest_main

@@ -92,7 +92,7 @@ Request Transport::isend(int peer, const void* src, size_t len, uint32_t buf_id,
         d.len = op->len;
         d.seq.store(op->seq, std::memory_order_release);
       }
-      auto* done_word = reinterpret_cast<uint64_t*>(&P.done_out->value);
+      auto* done_word = gpu_signal ? reinterpret_cast<uint64_t*>(&P.done_out->value) : nullptr;
       if (gpu_signal && len > 0 && len <= opts_.kernel_copy_max) {
         // Small: one kernel copies and stores done_seq (the copy engine's start-up costs more).
         if (!P.send_queue->copy_and_signal(op->dst, op->src, len, done_word, op->seq))
