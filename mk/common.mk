@@ -76,8 +76,10 @@ test-asan:
 	$(MAKE) BACKEND=host BUILD=build-asan OPT="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" tests
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 build-asan/bin/peerlink_tests --gtest_filter='$(GTEST_FILTER)'
 	@bash scripts/check_shm_clean.sh
-# TSan: the threaded transport paths (workers, requests); fork-heavy kill tests are skipped there.
-TSAN_FILTER ?= Transport*:Ring*:Channel*:Request*:Mp*-*Kill*:*Crash*
+# TSan: the threaded transport paths (workers, requests); fork-heavy kill tests are skipped there,
+# and so is the in-process pair: its two communicators map the same SHM at two addresses, and TSan
+# tracks synchronization by address, so it cannot see the registry's release/acquire across them.
+TSAN_FILTER ?= Transport*:Ring*:Channel*:Request*:Mp*-*Kill*:*Crash*:*InProcess*
 test-tsan:
 	$(MAKE) BACKEND=host BUILD=build-tsan OPT="-O1 -g" SAN="-fsanitize=thread" tests
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 setarch $$(uname -m) -R build-tsan/bin/peerlink_tests --gtest_filter='$(TSAN_FILTER)'
