@@ -270,13 +270,7 @@ void Transport::recv_worker_main() {
         try {
           check_peer(pp->rank);
         } catch (...) {
-          // Deliver what the peer managed to signal before it went, then fail the rest.
-          std::lock_guard<std::mutex> g(pp->recv_mu);
-          try {
-            if (pp->path == Path::Relay) progress_relay_recv(*pp);
-            progress_recvs(*pp);
-          } catch (...) {
-          }
+          // Marked lost: the next round delivers what it signalled, then fails the rest.
         }
       }
     }
