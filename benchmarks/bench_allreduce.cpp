@@ -1,6 +1,6 @@
 // bench_allreduce: nccl-tests style allreduce benchmark, peerlink and NCCL side by side in the same
 // forked ranks (NCCL through dlopen, when libnccl.so.2 exists). Columns per implementation:
-// time (us per op, max over ranks), algbw = bytes / time, busbw = algbw * 2(n-1)/n, #wrong (elements
+// time (us per op, max over ranks; on GPUs measured with events around the timed loop), algbw = bytes / time, busbw = algbw * 2(n-1)/n, #wrong (elements
 // that differ from the exact reduction, summed over ranks, checked before and after the timed loop).
 //   bench_allreduce -b 8 -e 1G -f 2 -n 20 -w 5 -d bfloat16 -o sum --impl both [-G 1]
 #include <chrono>
@@ -114,7 +114,18 @@ class RankRunner {
  public:
   RankRunner(const Config& c, peerlink::Communicator& comm, void* stream)
       : c_(c), comm_(comm), stream_(stream), be_(comm.impl().backend()),
-        pattern_(c.dt, c.op, comm.world_size()) {}
+        pattern_(c.dt, c.op, comm.world_size()) {
+    if (stream_) {
+      ev0_ = peerlink::gpu::event_create_timed();
+      ev1_ = peerlink::gpu::event_create_timed();
+    }
+  }
+  ~RankRunner() {
+    peerlink::gpu::event_destroy(ev0_);
+    peerlink::gpu::event_destroy(ev1_);
+  }
+  RankRunner(const RankRunner&) = delete;
+  RankRunner& operator=(const RankRunner&) = delete;
 
   // Out-of-place allreduce of `count` elements with `impl`: check, time, check again.
   Row measure(Impl& impl, size_t count, void* send, void* recv, uint64_t seed) {
@@ -155,10 +166,16 @@ class RankRunner {
       }
       comm_.barrier();
       auto t0 = Clock::now();
+      if (ev0_) peerlink::gpu::event_record(ev0_, stream_);
       if (graph) peerlink::gpu::graph_launch(graph, stream_);
       else for (int i = 0; i < c_.iters; ++i) impl.run(send, recv, count, stream_);
+      if (ev1_) peerlink::gpu::event_record(ev1_, stream_);
       sync(impl);
-      row.time_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / c_.iters;
+      // GPUs: the time between two events around the loop on the stream (the issue's "timed
+      // back-to-back on one stream with events"); the host backend: wall time.
+      double us = ev0_ ? 1e3 * peerlink::gpu::event_elapsed_ms(ev0_, ev1_)
+                       : std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+      row.time_us = us / c_.iters;
       if (graph) peerlink::gpu::graph_destroy(graph);
       if (c_.check) row.wrong += check(recv, count, seed);  // the timed ops rewrote the same result
       row.ok = true;
@@ -188,6 +205,7 @@ class RankRunner {
   std::vector<unsigned char> host_, input_;
   uint64_t in_seed_ = 0;
   size_t in_count_ = 0;
+  peerlink::gpu::Event ev0_ = nullptr, ev1_ = nullptr;  // timing events (GPU ranks)
 };
 
 // NCCL joins only when every rank can: the library loads, every rank has its own GPU. Rank 0's

@@ -115,6 +115,8 @@ void device_allreduce(coll::CollState& st, const void* src, void* dst, size_t co
     a.flags[r] = st.flags[r];
   }
   a.error = st.error;
+  a.pdl = st.pdl;
+  a.generic_oneshot = st.generic_oneshot;
   a.timeout_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(st.impl->options().timeout).count());
 
   // Calls on different streams must not overlap on the device (they share counters and scratch):

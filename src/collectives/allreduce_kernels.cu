@@ -5,6 +5,7 @@
 // inbox); every spin reads local memory and is bounded by a device clock.
 #include "collectives/device_compat.h"
 #include "collectives/device_launch.h"
+#include "collectives/device_sync.h"
 #include "collectives/reduce_ops.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
@@ -60,69 +61,13 @@ __device__ void reduce_block(const T* const* ins, int nin, T* const* outs, int n
   }
 }
 
-// After the block's stores: announce `seq` for (phase, block) to every peer.
-__device__ void signal_peers(const LaunchArgs& a, int phase, uint64_t seq) {
-  __syncthreads();
-  int p = threadIdx.x;
-  if (p < a.world && p != a.rank) {
-    __threadfence_system();  // our data stores (to peers and locally) before the flag
-    volatile uint64_t* f = &a.flags[p]->inbox[phase][blockIdx.x][a.rank];
-    *f = seq;
-  }
-}
-
-// Waits until every peer announced >= seq for (phase, block). False when a wait ran out (recorded in
-// the error word and the local abort word) or another block already gave up.
-__device__ bool wait_peers(const LaunchArgs& a, int phase, uint64_t seq) {
-  __shared__ int s_failed;
-  if (threadIdx.x == 0) s_failed = 0;
-  __syncthreads();
-  int p = threadIdx.x;
-  FlagArea* mine = a.flags[a.rank];
-  if (p < a.world && p != a.rank) {
-    volatile uint64_t* f = &mine->inbox[phase][blockIdx.x][p];
-    volatile uint32_t* abort = &mine->abort;
-    if (*f < seq) {
-      uint64_t t0 = now_ns();
-      uint32_t spins = 0;
-      while (*f < seq) {
-        if ((++spins & 255) == 0) {
-          if (*abort) {
-            s_failed = 1;
-            break;
-          }
-          if (now_ns() - t0 > a.timeout_ns) {
-            uint32_t code = kErrTimeout | (uint32_t(p) << 8) | (uint32_t(a.rank) << 16);
-            volatile uint32_t* err = a.error;
-            if (*err == 0) *err = code;  // first reporter wins (races only pick which code stays)
-            *abort = 1;
-            s_failed = 1;
-            break;
-          }
-        }
-      }
-    }
-    __threadfence_system();  // acquire: the peer's data is read after its flag
-  }
-  __syncthreads();
-  return s_failed == 0;
-}
-
 // Bounded to 1024 threads so every instantiation fits the register file at the bandwidth grid
 // (without it some types need 72 registers and a 1024-thread launch fails).
 template <typename T, int Op, bool OneShot>
 __global__ void __launch_bounds__(1024) allreduce_kernel(LaunchArgs a) {
-  __shared__ uint64_t s_seq;
-  __shared__ uint32_t s_abort;
-  FlagArea* mine = a.flags[a.rank];
+  uint64_t seq0;
+  if (!kernel_begin(a, seq0)) return;
   const int b = blockIdx.x;
-  if (threadIdx.x == 0) {
-    s_abort = *reinterpret_cast<volatile uint32_t*>(&mine->abort);
-    s_seq = *reinterpret_cast<volatile uint64_t*>(&mine->counter[b]);
-  }
-  __syncthreads();
-  if (s_abort) return;  // an earlier call timed out: the host reports it, do not wait again
-  const uint64_t seq0 = s_seq;
   const Split& s = a.split;
   const DataLayout& L = a.layout;
   const T* src_all = static_cast<const T*>(a.src);
@@ -194,14 +139,7 @@ __global__ void __launch_bounds__(1024) allreduce_kernel(LaunchArgs a) {
       }
     }
   }
-  if (!ok) return;
-  __syncthreads();
-  // Every block's counter advances by the same amount, including blocks this grid did not launch,
-  // so the next call (any grid size) starts from one sequence number on every block.
-  const uint64_t last = seq0 + s.steps;
-  if (threadIdx.x == 0) mine->counter[b] = last;
-  if (b == 0)
-    for (int j = gridDim.x + threadIdx.x; j < kMaxBlocks; j += blockDim.x) mine->counter[j] = last;
+  if (ok) kernel_end(a, seq0 + s.steps);
 }
 
 
@@ -229,42 +167,43 @@ __device__ __forceinline__ void store_word(char* p, size_t w, size_t bytes, bool
 
 template <typename T, int Op>
 __global__ void __launch_bounds__(1024) oneshot_ll_kernel(LaunchArgs a) {
-  __shared__ uint64_t s_seq;
-  __shared__ uint32_t s_abort;
-  FlagArea* mine = a.flags[a.rank];
-  const int b = blockIdx.x;
-  if (threadIdx.x == 0) {
-    s_abort = *reinterpret_cast<volatile uint32_t*>(&mine->abort);
-    s_seq = *reinterpret_cast<volatile uint64_t*>(&mine->counter[b]);
-  }
-  __syncthreads();
-  if (s_abort) return;
-  const uint64_t seq = s_seq + 1;
-  const uint32_t flag = uint32_t(seq);
-  const int slot = int(seq & 1);
-  const int me = a.rank, n = a.world;
-  const DataLayout& L = a.layout;
   const char* src = static_cast<const char*>(a.src);
   char* dst = static_cast<char*>(a.dst);
   const size_t bytes = a.split.count * sizeof(T);
   const size_t nwords = (bytes + 7) / 8;
   const bool aligned = ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) & 7) == 0;
+  const int b = blockIdx.x;
   size_t w0 = size_t(b) * a.ll_words_per_block, w1 = w0 + a.ll_words_per_block;
   if (w1 > nwords) w1 = nwords;
-  for (size_t w = w0 + threadIdx.x; w < w1; w += blockDim.x) {
-    uint64_t v = load_word(src, w, bytes, aligned);
+  // The thread's first word (usually its only one) is loaded while the counter read is in flight
+  // and kept for the reduction.
+  const size_t wf = w0 + threadIdx.x;
+  uint64_t first = 0;
+  uint64_t seq0;
+  if (!kernel_begin(a, seq0, [&] {
+        if (wf < w1) first = load_word(src, wf, bytes, aligned);
+      }))
+    return;
+  FlagArea* mine = a.flags[a.rank];
+  const uint64_t seq = seq0 + 1;
+  const uint32_t flag = uint32_t(seq);
+  const int slot = int(seq & 1);
+  const int me = a.rank, n = a.world;
+  const DataLayout& L = a.layout;
+  for (size_t w = wf; w < w1; w += blockDim.x) {
+    uint64_t v = w == wf ? first : load_word(src, w, bytes, aligned);
     for (int p = 0; p < n; ++p)
       if (p != me) store_ll(a.data[p] + L.ll(slot, me) + w * 16, uint32_t(v), uint32_t(v >> 32), flag);
   }
   using A = Acc<T>;
   constexpr int E = 8 / sizeof(T);
   bool ok = true;
-  for (size_t w = w0 + threadIdx.x; w < w1 && ok; w += blockDim.x) {
+  for (size_t w = wf; w < w1 && ok; w += blockDim.x) {
     typename A::type acc[E];
     for (int r = 0; r < n && ok; ++r) {
       uint64_t v;
       if (r == me) {
-        v = load_word(src, w, bytes, aligned);
+        v = w == wf ? first : load_word(src, w, bytes, aligned);
       } else {
         const char* line = a.data[me] + L.ll(slot, r) + w * 16;
         uint32_t d0, f0, d1, f1;
@@ -278,9 +217,7 @@ __global__ void __launch_bounds__(1024) oneshot_ll_kernel(LaunchArgs a) {
               volatile uint32_t* abort = &mine->abort;
               if (*abort) { ok = false; break; }
               if (now_ns() - t0 > a.timeout_ns) {
-                volatile uint32_t* err = a.error;
-                if (*err == 0) *err = kErrTimeout | (uint32_t(r) << 8) | (uint32_t(me) << 16);
-                *abort = 1;
+                report_timeout(a, r);
                 ok = false;
                 break;
               }
@@ -302,20 +239,17 @@ __global__ void __launch_bounds__(1024) oneshot_ll_kernel(LaunchArgs a) {
     memcpy(&v, out, 8);
     store_word(dst, w, bytes, aligned, v);
   }
-  __syncthreads();
-  if (threadIdx.x == 0) mine->counter[b] = seq;
-  if (b == 0)
-    for (int j = gridDim.x + threadIdx.x; j < kMaxBlocks; j += blockDim.x) mine->counter[j] = seq;
+  kernel_end(a, seq);
 }
 
 template <typename T, int Op>
 void launch_typed(const LaunchArgs& a, DevStream st) {
   if (a.ll)
-    oneshot_ll_kernel<T, Op><<<a.blocks, a.threads, 0, st>>>(a);
+    launch_kernel(oneshot_ll_kernel<T, Op>, a, st);
   else if (a.one_shot)
-    allreduce_kernel<T, Op, true><<<a.blocks, a.threads, 0, st>>>(a);
+    launch_kernel(allreduce_kernel<T, Op, true>, a, st);
   else
-    allreduce_kernel<T, Op, false><<<a.blocks, a.threads, 0, st>>>(a);
+    launch_kernel(allreduce_kernel<T, Op, false>, a, st);
 }
 
 template <typename T>
@@ -337,8 +271,12 @@ void launch_allreduce(const LaunchArgs& a, void* stream) {
                                       "), threads ", a.threads, " (", kWarpSize, "..1024)"));
   if (a.split.steps == 0) return;
   DevStream st = static_cast<DevStream>(stream);
-  bool known = with_type(a.dtype, [&](auto t) { launch_op<decltype(t)>(a, st); });
-  if (!known) throw InvalidArgument(common::cat("allreduce: unknown dtype code ", a.dtype));
+  if (oneshot_fits(a)) {
+    launch_oneshot(a, st);
+  } else {
+    bool known = with_type(a.dtype, [&](auto t) { launch_op<decltype(t)>(a, st); });
+    if (!known) throw InvalidArgument(common::cat("allreduce: unknown dtype code ", a.dtype));
+  }
   DevError e = PL_DEV_GET_LAST_ERROR();
   if (e != PL_DEV_SUCCESS)
     throw Error(common::cat("allreduce kernel launch failed: ", PL_DEV_ERROR_STRING(e), " (", int(e), ")"));

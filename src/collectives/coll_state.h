@@ -35,6 +35,8 @@ struct CollState {
   int blocks_override = 0;  // PEERLINK_ALLREDUCE_BLOCKS
   int sm_count = 0;
   size_t ll_max = 0;        // GPU: one-shot messages up to this many bytes go through LL lines
+  bool pdl = false;         // PEERLINK_ALLREDUCE_PDL (default on for compute capability >= 9.0)
+  bool generic_oneshot = false;  // PEERLINK_ALLREDUCE_ONESHOT_GENERIC=1: tests keep the generic loop covered
 
   std::mutex mu;            // one allreduce at a time per communicator (launch order = seq order)
   uint64_t host_seq = 0;    // host backend: steps done (the device keeps its own counter)

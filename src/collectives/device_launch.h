@@ -26,6 +26,8 @@ struct LaunchArgs {
   FlagArea* flags[kMaxRanks] = {};   // flag area of every rank, mapped here
   uint32_t* error = nullptr;         // host-visible error word (mapped pinned host memory)
   uint64_t timeout_ns = 0;
+  bool pdl = false;       // launch with programmatic dependent launch (CUDA, sm_90+; device_sync.h)
+  bool generic_oneshot = false;  // one-shot through the generic loop even where oneshot_kernels.cu fits
 };
 
 // Enqueues the allreduce described by `a` on `stream` (cudaStream_t / hipStream_t). Throws Error

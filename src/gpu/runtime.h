@@ -76,6 +76,9 @@ void stream_begin_capture(Stream s);
 GraphExec stream_end_capture(Stream s);
 void graph_launch(GraphExec g, Stream s);
 void graph_destroy(GraphExec g);
+// Timing events (nccl-tests style: time back-to-back work on one stream with events).
+Event event_create_timed();
+float event_elapsed_ms(Event start, Event end);  // both recorded and complete
 }  // namespace peerlink::gpu
 
 // ---- collectives support ----
@@ -90,4 +93,6 @@ void host_free_mapped(void* p);
 // local spins), plain device memory on CUDA. Exportable with the IPC API; free with device_free.
 void* device_malloc_flags(size_t bytes);
 int multiprocessor_count(int dev);
+// major * 10 + minor on CUDA (90 = Hopper); 0 on HIP and without a GPU.
+int compute_capability(int dev);
 }  // namespace peerlink::gpu

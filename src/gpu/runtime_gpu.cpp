@@ -68,6 +68,17 @@ int device_count() {
   }
   return n;
 }
+int compute_capability(int dev) {
+#if defined(PEERLINK_HIP)
+  (void)dev;
+  return 0;
+#else
+  int major = 0, minor = 0;
+  CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  return major * 10 + minor;
+#endif
+}
 
 void set_device(int dev) { CHECK(RT(SetDevice)(dev)); }
 int current_device() {
@@ -211,6 +222,16 @@ Event event_create() {
   RT(Event_t) e;
   CHECK(RT(EventCreateWithFlags)(&e, RT(EventDisableTiming)));
   return e;
+}
+Event event_create_timed() {
+  RT(Event_t) e;
+  CHECK(RT(EventCreate)(&e));
+  return e;
+}
+float event_elapsed_ms(Event start, Event end) {
+  float ms = 0;
+  CHECK(RT(EventElapsedTime)(&ms, static_cast<RT(Event_t)>(start), static_cast<RT(Event_t)>(end)));
+  return ms;
 }
 void event_destroy(Event e) {
   if (e) (void)RT(EventDestroy)(static_cast<RT(Event_t)>(e));

@@ -61,4 +61,7 @@ void* host_alloc_mapped(size_t) { no_gpu("host_alloc_mapped"); }
 void host_free_mapped(void*) {}
 void* device_malloc_flags(size_t) { no_gpu("device_malloc_flags"); }
 int multiprocessor_count(int) { return 0; }
+int compute_capability(int) { return 0; }
+Event event_create_timed() { no_gpu("event_create_timed"); }
+float event_elapsed_ms(Event, Event) { no_gpu("event_elapsed_ms"); }
 }  // namespace peerlink::gpu

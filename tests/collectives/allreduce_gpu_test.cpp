@@ -35,6 +35,34 @@ Options opts(const char* algo, int timeout_ms = 30000) {
   return o;
 }
 
+// An algorithm plus an optional tuning variable that selects a kernel within it (read when the
+// communicator's collectives are set up, so set only around the Communicator's first allreduce).
+struct Variant {
+  const char* algo;
+  const char* env = nullptr;  // "NAME=value"
+  std::string name() const { return std::string(*algo ? algo : "auto") + (env ? std::string(" ") + env : ""); }
+};
+struct ScopedEnv {
+  std::string key;
+  explicit ScopedEnv(const char* kv) {
+    if (!kv) return;
+    std::string s(kv);
+    key = s.substr(0, s.find('='));
+    setenv(key.c_str(), s.substr(s.find('=') + 1).c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (!key.empty()) unsetenv(key.c_str());
+  }
+};
+// one-shot: LL lines up to 512 KB then the register kernel; the register kernel at every size (LL
+// off); LL then the generic loop (forced).
+const Variant kVariants[] = {{"oneshot"},
+                             {"oneshot", "PEERLINK_ALLREDUCE_LL_MAX=0"},
+                             {"oneshot", "PEERLINK_ALLREDUCE_ONESHOT_GENERIC=1"},
+                             {"twoshot"},
+                             {"bandwidth"},
+                             {""}};
+
 struct DevBuf {
   void* p = nullptr;
   explicit DevBuf(size_t bytes) { p = gpu::device_malloc(bytes ? bytes : 1); }
@@ -46,15 +74,19 @@ TEST(AllreduceGpu, CorrectnessAllAlgos) {
   REQUIRE_GPUS();
   const std::vector<size_t> sizes = {1, 3, 1001, 4099, 65537, 300001, 9000001};
   const DataType types[] = {DataType::BF16, DataType::F32, DataType::F16, DataType::F64, DataType::I32, DataType::I64};
-  // Per algorithm: (bf16, f32) x 4 ops + 4 types x 2 ops = 16 combos x 6 sizes, + 4 sum cases at 9M.
-  const int kCases = 4 * (16 * 6 + 4);
+  // Per variant: (bf16, f32) x 4 ops + 4 types x 2 ops = 16 combos x 6 sizes, + 4 sum cases at 9M.
+  const int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
+  const int kCases = kVariantCount * (16 * 6 + 4);
   HashTable hashes(2, kCases);
   std::string uid = unique_test_id("gar");
   std::string fail = run_ranks(2, [&](int rank) {
     gpu::set_device(rank);
     int c = 0;
-    for (const char* algo : {"oneshot", "twoshot", "bandwidth", ""}) {
-      Communicator comm(uid + algo, rank, 2, rank, opts(algo));
+    int vi = 0;
+    for (const Variant& v : kVariants) {
+      const char* algo = v.algo;
+      Communicator comm(uid + std::to_string(vi++), rank, 2, rank, opts(algo));
+      ScopedEnv env(v.env);
       gpu::Stream s = gpu::stream_create();
       for (DataType t : types)
         for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod}) {
@@ -73,7 +105,7 @@ TEST(AllreduceGpu, CorrectnessAllAlgos) {
             gpu::stream_sync(s);
             peerlink::allreduce_check(comm);
             gpu::memcpy_sync(out.data(), dst, bytes);
-            std::string what = std::string(algo) + " " + peerlink::to_string(t) + " " + peerlink::to_string(op) +
+            std::string what = v.name() + " " + peerlink::to_string(t) + " " + peerlink::to_string(op) +
                                " count " + std::to_string(n) + (in_place ? " in place" : "");
             check_result(out.data(), n, 500 + c, 2, t, op, what);
             hashes.put(rank, c, fnv1a(out.data(), bytes) | 1);
@@ -130,8 +162,12 @@ TEST(AllreduceGpu, GraphCapture) {
   std::string uid = unique_test_id("gar-graph");
   std::string fail = run_ranks(2, [&](int rank) {
     gpu::set_device(rank);
-    for (const char* algo : {"oneshot", "twoshot", "bandwidth"}) {
-      Communicator comm(uid + algo, rank, 2, rank, opts(algo));
+    int vi = 0;
+    for (const Variant& v : kVariants) {
+      if (!*v.algo) continue;
+      const char* algo = v.algo;
+      Communicator comm(uid + std::to_string(vi++), rank, 2, rank, opts(algo));
+      ScopedEnv env(v.env);
       size_t n = 100003;
       DevBuf in(n * 4), out(n * 4), dbl(n * 8);
       std::vector<float> h(n), r(n);
@@ -153,11 +189,11 @@ TEST(AllreduceGpu, GraphCapture) {
         gpu::memcpy_sync(r.data(), out.p, n * 4);
         for (size_t i = 0; i < n; ++i) {
           float want = float((rep * 13 + int(i)) % 97 + 1) + float((rep * 13 + 5 + int(i)) % 97 + 1);
-          MP_CHECK_MSG(r[i] == want, algo << " replay " << rep << " element " << i << ": " << r[i] << " != " << want);
+          MP_CHECK_MSG(r[i] == want, v.name() << " replay " << rep << " element " << i << ": " << r[i] << " != " << want);
         }
       }
       gpu::memcpy_sync(hd.data(), dbl.p, n * 8);
-      MP_CHECK_MSG(hd[n - 1] == std::ldexp(3.0, 99), algo << ": after 100 captured doublings " << hd[n - 1]);
+      MP_CHECK_MSG(hd[n - 1] == std::ldexp(3.0, 99), v.name() << ": after 100 captured doublings " << hd[n - 1]);
       gpu::graph_destroy(g);
       gpu::stream_destroy(s);
     }
@@ -234,8 +270,11 @@ TEST(AllreduceGpu, SanitizerSmall) {
   std::string uid = unique_test_id("gar-san");
   std::string fail = run_ranks(2, [&](int rank) {
     gpu::set_device(rank);
-    for (const char* algo : {"oneshot", "twoshot"}) {
-      Communicator comm(uid + algo, rank, 2, rank, opts(algo, 60000));
+    const Variant variants[] = {{"oneshot"}, {"oneshot", "PEERLINK_ALLREDUCE_LL_MAX=0"}, {"twoshot"}};
+    int vi = 0;
+    for (const Variant& v : variants) {
+      Communicator comm(uid + std::to_string(vi++), rank, 2, rank, opts(v.algo, 60000));
+      ScopedEnv env(v.env);
       size_t n = 1001;
       std::vector<float> h(n), r(n);
       DevBuf d(n * 4);

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -37,6 +38,21 @@ static int run_rank(int rank, const std::string& uid, const std::vector<std::str
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   const char* blocks = std::getenv("PEERLINK_ALLREDUCE_BLOCKS");
+  {  // host cost of the runtime calls an eager allreduce makes besides the launch
+    using C = std::chrono::steady_clock;
+    const int n = 2000;
+    auto t0 = C::now();
+    for (int k = 0; k < n; ++k) CK(cudaEventRecord(e0, s));
+    auto t1 = C::now();
+    cudaStreamCaptureStatus cs;
+    for (int k = 0; k < n; ++k) CK(cudaStreamIsCapturing(s, &cs));
+    auto t2 = C::now();
+    CK(cudaStreamSynchronize(s));
+    if (rank == 0)
+      std::printf("# host cost per call: cudaEventRecord %.3f us, cudaStreamIsCapturing %.3f us\n",
+                  std::chrono::duration<double, std::micro>(t1 - t0).count() / n,
+                  std::chrono::duration<double, std::micro>(t2 - t1).count() / n);
+  }
   for (const std::string& algo : algos) {
     peerlink::Options o = peerlink::Options::from_env();
     o.allreduce_algo = algo == "auto" ? "" : algo;
@@ -48,7 +64,9 @@ static int run_rank(int rank, const std::string& uid, const std::vector<std::str
       CK(cudaStreamSynchronize(s));
       comm.barrier();
       CK(cudaEventRecord(e0, s));
+      auto h0 = std::chrono::steady_clock::now();
       for (int k = 0; k < iters; ++k) peerlink::allreduce(comm, in, out, count, peerlink::DataType::BF16, peerlink::ReduceOp::Sum, s);
+      double us_host = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count() / iters;
       CK(cudaEventRecord(e1, s));
       CK(cudaStreamSynchronize(s));
       float ms_eager = 0;
@@ -77,8 +95,8 @@ static int run_rank(int rank, const std::string& uid, const std::vector<std::str
       bool ok = first == 0x4040 && last == 0x4040;
       double us_e = ms_eager * 1000.0 / iters, us_g = ms_graph * 1000.0 / iters;
       if (rank == 0)
-        std::printf("%-9s blocks=%-4s %10zu B  eager %9.2f us  graph %9.2f us  busbw(graph) %7.1f GB/s  %s  [%s]\n",
-                    algo.c_str(), blocks ? blocks : "auto", bytes, us_e, us_g, bytes / (us_g * 1e3),
+        std::printf("%-9s blocks=%-4s %10zu B  eager %9.2f us (host %6.2f)  graph %9.2f us  busbw(graph) %7.1f GB/s  %s  [%s]\n",
+                    algo.c_str(), blocks ? blocks : "auto", bytes, us_e, us_host, us_g, bytes / (us_g * 1e3),
                     ok ? "ok" : "WRONG", peerlink::to_string(peerlink::allreduce_algo_for(comm, bytes)));
       std::fflush(stdout);
       if (!ok) return 4;
