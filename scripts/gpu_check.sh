@@ -3,7 +3,8 @@
 # (two processes on one GPU, and one process per GPU when there are two or more), then whatever
 # GPU steps the other parts provide. Everything goes under $OUT: a summary log plus one tarball
 # (the device tool returns at most 8 files).
-#   STEPS="build contract topo bench coll py" (default: all)
+#   STEPS="build pyquick contract quick arvariants arbench lat topo bench coll py" (default:
+#   build contract topo bench coll py); steps run in that order. DEADLINE=S skips steps after S seconds.
 set -u
 OUT=${OUT:-/tmp/peerlink-gpu-out}
 mkdir -p "$OUT/r"
@@ -37,8 +38,19 @@ cat "$R/gpus.csv" >> "$LOG"
 NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
 note "GPUs: $NGPU"
 
+# googletest: the system's, else a copy carried in .gtest/{include,lib} (the GPU image has none).
+GT=()
+if ! echo '#include <gtest/gtest.h>' | g++ -x c++ -E - > /dev/null 2>&1 && [ -d .gtest ]; then
+  GT=(SAN="-I$(pwd)/.gtest/include -L$(pwd)/.gtest/lib")
+fi
 if has build; then
-  run_step build 400 make BACKEND=cuda BUILD=$BUILD -j16 lib tests tools benchmarks || { tar -czf "$OUT/results.tgz" -C "$OUT" r; exit 1; }
+  run_step build 400 make BACKEND=cuda BUILD=$BUILD -j16 "${GT[@]}" lib tests tools benchmarks || { tar -czf "$OUT/results.tgz" -C "$OUT" r; exit 1; }
+fi
+if has pyquick; then
+  run_step py_env 60 python3 -c 'import torch, cupy, pybind11; print(torch.__version__, cupy.__version__, pybind11.__version__, torch.cuda.device_count())'  # the Python suite's GPU cases (torch CUDA tensors, CuPy) and a torchrun ping-pong
+  run_step py_install 120 env PEERLINK_BUILD_DIR=$PWD/$BUILD python3 -m pip install -q --no-build-isolation ./py
+  run_step py_gpu 150 python3 -m pytest py/tests -q -rs -p no:cacheprovider -k "torch or cupy or gpu"
+  run_step py_pingpong 60 python3 -m torch.distributed.run --nproc-per-node 2 examples/pingpong.py
 fi
 T=$BUILD/bin/peerlink_tests
 if has contract; then
@@ -55,19 +67,27 @@ if has quick; then  # a short latency / bandwidth probe of the transport (stripi
   PEERLINK_STRIPE_STREAMS=2 run_step bw_stripe2 90 $B --mode bandwidth --transport direct -b 64M -e 1G -f 4 -n 20 -w 3
   PEERLINK_STRIPE_STREAMS=4 run_step bw_stripe4 90 $B --mode bandwidth --transport direct -b 64M -e 1G -f 4 -n 20 -w 3
 fi
+if has arvariants; then  # allreduce tuning knobs, one sweep (tests/collectives/sweep) per setting
+  CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")}
+  run_step sweep_build 60 g++ -std=c++17 -O2 -DPEERLINK_CUDA -Iinclude -Isrc -I"$CUDA_HOME/include" \
+    tests/collectives/sweep/allreduce_sweep.cpp -o $BUILD/bin/allreduce_sweep -L$BUILD/lib -lpeerlink \
+    -Wl,-rpath,$PWD/$BUILD/lib -L"$CUDA_HOME/lib64" -lcudart -Wl,-rpath,"$CUDA_HOME/lib64"
+  i=0
+  for v in ${AR_VARIANTS:-"PEERLINK_ALLREDUCE_PDL=1"}; do  # "VAR=val,VAR=val ALGO:LO:HI" words
+    i=$((i + 1))
+    IFS=: read -r kvs algo lo hi <<< "$v"
+    run_step "arv$i" 60 env ${kvs//,/ } $BUILD/bin/allreduce_sweep "${algo:-auto}" "${lo:-8}" "${hi:-8388608}"
+    sed -i "1i # variant: $v" "$R/arv$i.log"
+  done
+fi
 if has arbench; then  # allreduce, peerlink and NCCL side by side (nccl-tests columns)
   A=$BUILD/bin/bench_allreduce
-  run_step ar_bf16_graph 90 $A --impl both -b 8 -e 256M -f 4 -n 20 -w 5 -c 1 -G 1 -d bfloat16 -o sum
-  run_step ar_bf16 90 $A --impl both -b 8 -e 256M -f 4 -n 20 -w 5 -c 1 -d bfloat16 -o sum
+  run_step ar_bf16_graph 120 $A --impl both -b 8 -e 256M -f 2 -n 20 -w 5 -c 1 -G 1 -d bfloat16 -o sum
+  run_step ar_bf16 120 $A --impl both -b 8 -e 256M -f 2 -n 20 -w 5 -c 1 -d bfloat16 -o sum
 fi
 if has lat; then
   run_step lat 60 $BUILD/bin/bench_transport --mode latency --transport direct --completion done_seq -b 8 -e 64M -f 4 -n 300 -w 30
   run_step bw 60 $BUILD/bin/bench_transport --mode bandwidth --transport direct -b 16M -e 1G -f 4 -n 20 -w 3
-fi
-if has pyquick; then  # the Python suite's GPU cases (torch CUDA tensors, CuPy) and a torchrun ping-pong
-  run_step py_install 120 env PEERLINK_BUILD_DIR=$PWD/$BUILD python3 -m pip install -q --no-build-isolation ./py
-  run_step py_gpu 150 python3 -m pytest py/tests -q -rs -p no:cacheprovider -k "torch or cupy or gpu"
-  run_step py_pingpong 60 python3 -m torch.distributed.run --nproc-per-node 2 examples/pingpong.py
 fi
 if has topo && [ -x $BUILD/bin/peerlink-topo ]; then
   run_step topo 60 bash -c "$BUILD/bin/peerlink-topo && $BUILD/bin/peerlink-topo --json"
