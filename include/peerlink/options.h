@@ -3,6 +3,7 @@
 #pragma once
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <string>
 
 namespace peerlink {
@@ -52,6 +53,19 @@ struct Options {
   // Fault injection for tests: the higher rank of every pair never opens the done_seq channel
   // (PEERLINK_TEST_CHANNEL_NEVER_READY=1), exercising the ring fallback.
   bool test_channel_never_ready = false;
+
+  // Interruption hook (not from the environment; empty = never called, the waits run as before).
+  // Called from the calling thread at least every ~50 ms while one of these blocks: the
+  // constructor (rendezvous and setup), barrier(), wait_ipc_buffer(), isend()/send_direct()
+  // waiting for a newer publication, and the host backend's allreduce. It may throw to abandon
+  // the wait; the exception propagates unchanged, and a constructor first removes everything it
+  // created. An abandoned publication wait can be retried. An abandoned barrier or collective
+  // cannot: this rank has counted it and its peers may not have, so from then on barrier() and
+  // collectives throw Error (point-to-point calls still work); close the communicator. Not called by
+  // Request::wait() (wait(timeout) in slices instead) nor by send_direct()'s wait for completion,
+  // which must not return while the copy may still read `src`. The Python package sets it to
+  // check for signals, which makes Ctrl-C raise KeyboardInterrupt promptly.
+  std::function<void()> interrupt_check;
 
   // Reads every PEERLINK_* variable; unset variables keep the defaults above.
   // Throws InvalidArgument naming the variable and value when one cannot be parsed.

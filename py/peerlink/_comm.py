@@ -1,10 +1,14 @@
 """peerlink.Communicator: the send_direct API on torch tensors, CuPy arrays and numpy arrays.
 
-Threading: every call that can block releases the GIL. Request.wait() runs as 50 ms slices with the
-GIL released and checks for signals in between, so Ctrl-C raises KeyboardInterrupt promptly; the
-whole wait stays bounded by `timeout` (default: the communicator's, PEERLINK_TIMEOUT_MS or 60 s).
-The constructor (rendezvous), wait_ipc_buffer() and barrier() are single C++ calls with the GIL
-released; they are bounded by the communicator's timeout and see Ctrl-C when they return.
+Threading: every call that can block releases the GIL, and Ctrl-C raises KeyboardInterrupt promptly
+from each while every wait stays bounded by the timeout (default: the communicator's,
+PEERLINK_TIMEOUT_MS or 60 s). Request.wait() runs as 50 ms slices and checks for signals in between
+(the request stays valid). The library's own waits (the constructor's rendezvous, barrier(),
+wait_ipc_buffer(), a send waiting for a newer binding_version, allreduce() on the host backend) run
+the signal handlers every ~20 ms through the C++ Options::interrupt_check. An interrupted
+constructor leaves nothing behind and an interrupted publication wait can be retried; after an
+interrupted barrier() or allreduce() the ranks disagree on how many ran, so later ones raise
+peerlink.Error: close the communicator.
 
 Streams: peerlink copies on its own streams. A torch tensor handed to notify_ipc_tensor, isend_direct
 or send_direct is first ordered after its producer by synchronizing the current torch stream of its
@@ -233,6 +237,8 @@ class Communicator:
         _C.allreduce(self._c, view.address, count, view.dtype, str(op).lower(), handle)
 
     def barrier(self) -> None:
+        """Waits for every rank. After KeyboardInterrupt here the ranks disagree on how many
+        barriers ran, so later barriers and allreduces raise peerlink.Error: close()."""
         self._c.barrier()
 
     # ---- diagnostics ----------------------------------------------------------------------------

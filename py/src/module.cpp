@@ -3,9 +3,11 @@
 // The public Python API (tensor handling, stream ordering, devices) lives in peerlink/*.py; this
 // file only moves integers (addresses, sizes) across and makes three guarantees that need C++:
 //   * every call that can block releases the GIL;
-//   * request waits run as slices of at most kWaitSliceMs with the GIL released and
-//     PyErr_CheckSignals between slices, so Ctrl-C raises KeyboardInterrupt promptly while the
-//     overall bound stays the caller's timeout (or the communicator's);
+//   * Ctrl-C raises KeyboardInterrupt promptly from every blocking call, while each stays bounded
+//     by the caller's timeout (or the communicator's): request waits run as slices of at most
+//     kWaitSliceMs with PyErr_CheckSignals between them, and the library's own waits
+//     (rendezvous, barrier, wait_ipc_buffer, a send waiting for a publication, host allreduce)
+//     call check_signals through Options::interrupt_check;
 //   * C++ errors map to the peerlink.Error hierarchy (InvalidArgument is also a ValueError,
 //     TimeoutError also the builtin TimeoutError).
 #include <pybind11/pybind11.h>
@@ -46,11 +48,20 @@ PyObject* new_exception(py::module_& m, const char* name, PyObject* bases, const
   return cls;
 }
 
+// Options::interrupt_check: runs from a C++ wait (GIL released) every ~20 ms. Runs Python's
+// signal handlers (only the main thread has any) and throws what one raised, KeyboardInterrupt
+// for Ctrl-C, through the library: its waits unwind, and pybind11 restores the Python error.
+void check_signals() {
+  py::gil_scoped_acquire gil;
+  if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+}
+
 // The communicator is shared with allocations (which must free into it) and requests; its
 // teardown may join worker threads, so the last owner drops it with the GIL released.
 std::shared_ptr<Communicator> make_comm(const std::string& uid, int rank, int world, int device,
                                         std::optional<double> timeout_s) {
   Options opts = Options::from_env();
+  opts.interrupt_check = check_signals;
   if (timeout_s) {
     if (!(*timeout_s > 0))
       throw InvalidArgument("timeout must be > 0 seconds, got " + std::to_string(*timeout_s));

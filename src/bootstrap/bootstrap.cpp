@@ -4,6 +4,7 @@
 #include <random>
 #include <thread>
 
+#include "common/interrupt.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 
@@ -29,8 +30,11 @@ void backoff(int iter) {
 }  // namespace
 
 Bootstrap::Bootstrap(const std::string& unique_id, int rank, int world_size, const JoinInfo& info,
-                     std::chrono::milliseconds timeout)
-    : rank_(rank), world_(world_size), id_prefix_(common::shm_prefix_for(unique_id)) {
+                     std::chrono::milliseconds timeout, std::function<void()> interrupt_check)
+    : rank_(rank),
+      world_(world_size),
+      id_prefix_(common::shm_prefix_for(unique_id)),
+      interrupt_check_(std::move(interrupt_check)) {
   join(info, timeout);
   char hex[17];
   std::snprintf(hex, sizeof hex, "%08llx", static_cast<unsigned long long>(layout_->nonce & 0xffffffffULL));
@@ -53,7 +57,9 @@ Bootstrap::~Bootstrap() {
 void Bootstrap::join(const JoinInfo& info, std::chrono::milliseconds timeout) {
   const std::string name = id_prefix_ + "boot";
   const auto deadline = Clock::now() + timeout;
+  common::InterruptPoll interrupt(interrupt_check_);
   for (int iter = 0;; ++iter) {
+    interrupt.poll();  // only here: every iteration that goes on owns nothing yet
     if (Clock::now() > deadline)
       throw TimeoutError(cat("rank ", rank_, ": could not join rendezvous segment ", name, " within ",
                              timeout.count(), " ms"));
@@ -130,6 +136,7 @@ std::string Bootstrap::missing_ranks(const std::vector<int>& missing) const {
 
 void Bootstrap::wait_all_joined(std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
+  common::InterruptPoll interrupt(interrupt_check_);
   for (int iter = 0;; ++iter) {
     std::vector<int> missing, gave_up;
     for (int r = 0; r < world_; ++r) {
@@ -144,6 +151,7 @@ void Bootstrap::wait_all_joined(std::chrono::milliseconds timeout) {
       }
     }
     if (missing.empty() && gave_up.empty()) return;
+    interrupt.poll();  // the constructor's catch leaves and unlinks
     if (Clock::now() > deadline)
       throw TimeoutError(cat("rank ", rank_, ": rendezvous timed out after ", timeout.count(),
                              " ms; ranks that never arrived: ", missing.empty() ? "none" : missing_ranks(missing),
@@ -161,16 +169,35 @@ bool Bootstrap::peer_alive(int r) const {
   return s.state.load(std::memory_order_acquire) == kJoined && common::process_alive({s.pid, s.start_time});
 }
 
+void Bootstrap::check_interrupt() {
+  if (!interrupt_check_) return;
+  try {
+    interrupt_check_();
+  } catch (...) {
+    interrupted_.store(true, std::memory_order_release);
+    throw;
+  }
+}
+
 void Bootstrap::barrier(std::chrono::milliseconds timeout) {
   uint64_t k = ++barrier_count_;
   layout_->slots[rank_].barrier_count.store(k, std::memory_order_release);
   for (int r = 0; r < world_; ++r) layout_->recv_bell[r].ring();
   const auto deadline = Clock::now() + timeout;
+  common::InterruptPoll interrupt(interrupt_check_);
   for (int iter = 0;; ++iter) {
     std::vector<int> missing;
     for (int r = 0; r < world_; ++r)
       if (layout_->slots[r].barrier_count.load(std::memory_order_acquire) < k) missing.push_back(r);
     if (missing.empty()) return;
+    try {
+      interrupt.poll();
+    } catch (...) {
+      // Our arrival at barrier k is published and cannot be taken back: peers may pass it
+      // without us, and a retried barrier would be our k+1 against their k.
+      interrupted_.store(true, std::memory_order_release);
+      throw;
+    }
     if ((iter & 63) == 63) {
       for (int r : missing)
         if (!peer_alive(r))

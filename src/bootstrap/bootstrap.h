@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -54,9 +55,10 @@ struct JoinInfo {
 
 class Bootstrap {
  public:
-  // Joins (creating if first) the rendezvous of `unique_id` and waits for all ranks.
+  // Joins (creating if first) the rendezvous of `unique_id` and waits for all ranks. Every wait
+  // runs `interrupt_check` (Options::interrupt_check; may be empty) through common::InterruptPoll.
   Bootstrap(const std::string& unique_id, int rank, int world_size, const JoinInfo& info,
-            std::chrono::milliseconds timeout);
+            std::chrono::milliseconds timeout, std::function<void()> interrupt_check = nullptr);
   ~Bootstrap();
   Bootstrap(const Bootstrap&) = delete;
   Bootstrap& operator=(const Bootstrap&) = delete;
@@ -70,7 +72,8 @@ class Bootstrap {
   BootLayout& layout() { return *layout_; }
   const RankSlot& slot(int r) const { return layout_->slots[r]; }
 
-  // All ranks; throws TimeoutError naming the ranks that did not arrive, PeerLostError if one died.
+  // All ranks; throws TimeoutError naming the ranks that did not arrive, PeerLostError if one died,
+  // or what the interruption hook throws (then interrupted() is true; callers check it first).
   void barrier(std::chrono::milliseconds timeout);
   void allgather(const void* mine, size_t bytes, void* all, std::chrono::milliseconds timeout);
   // Unlinks the rendezvous name once everyone has mapped it (new jobs with the same id start clean).
@@ -80,6 +83,12 @@ class Bootstrap {
   bool peer_left(int r) const;
   // Marks this rank as gone (clean close) and rings every doorbell so peers notice promptly.
   void leave();
+  // Runs the interruption hook for a collective wait of a layer above (it rate-limits itself).
+  // A throw, like one inside barrier(), marks the collectives out of step: this rank has counted
+  // a barrier or step that its peers may not have, so the next one would pair with the wrong one.
+  void check_interrupt();
+  // True after an interrupted barrier or collective wait: this rank must not take part in more.
+  bool interrupted() const { return interrupted_.load(std::memory_order_acquire); }
 
  private:
   void join(const JoinInfo& info, std::chrono::milliseconds timeout);
@@ -95,6 +104,8 @@ class Bootstrap {
   uint64_t barrier_count_ = 0;
   uint64_t allgather_count_ = 0;
   bool left_ = false;
+  std::function<void()> interrupt_check_;
+  std::atomic<bool> interrupted_{false};
 };
 
 }  // namespace peerlink::bootstrap

@@ -42,9 +42,18 @@ CommImpl::~CommImpl() {
 
 const std::string& CommImpl::shm_prefix() const { return transport_->boot().job_prefix(); }
 
-void CommImpl::check_usable() {
+void CommImpl::check_open() {
   if (closed()) throw InvalidArgument(cat("communicator (rank ", rank_, " of '", unique_id_, "') is closed"));
   transport_->rethrow_worker_error();
+}
+
+void CommImpl::check_usable() {
+  check_open();
+  // Collectives stop here (upper layers call this first): the ranks disagree on how many
+  // barriers or steps ran, so going on would pair this rank with the wrong ones.
+  if (transport_->boot().interrupted())
+    throw Error(cat("communicator (rank ", rank_, " of '", unique_id_, "'): an earlier barrier or collective was ",
+                    "interrupted, so its ranks no longer agree on how many ran; close the communicator"));
 }
 
 void CommImpl::validate_peer(int peer, const char* what) const {
@@ -57,10 +66,11 @@ void CommImpl::validate_peer(int peer, const char* what) const {
 void CommImpl::check_peer_alive(int peer) {
   validate_peer(peer, "check_peer_alive");
   transport_->check_peer(peer);
+  transport_->boot().check_interrupt();
 }
 
 gpu::Backend& CommImpl::backend() {
-  check_usable();
+  check_open();
   return transport_->backend();
 }
 
@@ -75,7 +85,7 @@ void CommImpl::barrier() {
 }
 
 gpu::MemHandle CommImpl::export_memory(const void* p, size_t len, size_t* offset) {
-  check_usable();
+  check_open();
   uint64_t off = 0;
   gpu::MemHandle h = transport_->ipc().export_range(p, len, &off);
   *offset = static_cast<size_t>(off);
@@ -98,12 +108,12 @@ std::shared_ptr<void>& CommImpl::upper_state(const std::string& key) {
 }
 
 void* CommImpl::alloc(size_t bytes) {
-  check_usable();
+  check_open();
   return transport_->backend().alloc(bytes);
 }
 
 void CommImpl::free(void* p) {
-  check_usable();
+  check_open();
   if (!p) throw InvalidArgument("free: pointer is null");
   transport_->backend().free(p);
 }

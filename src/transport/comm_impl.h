@@ -42,8 +42,12 @@ class CommImpl {
   // Maps a peer's exported allocation once (refcounted); returns its base here.
   void* open_peer_memory(int peer, const gpu::MemHandle& h);
   void release_peer_memory(int peer, const gpu::MemHandle& h);
-  // Throws InvalidArgument after close, PeerLostError naming a dead peer, or a stored worker error.
+  // Throws InvalidArgument after close, a stored worker error, or Error after an interrupted
+  // barrier or collective (see Options::interrupt_check).
   void check_usable();
+  // For the wait loops of upper layers' collectives, called from the waiting thread (every
+  // ~20 ms): throws PeerLostError naming a dead peer, then runs Options::interrupt_check, whose
+  // throw marks the collectives interrupted (check_usable refuses them from then on).
   void check_peer_alive(int peer);
   // Per-communicator state owned by an upper layer; destroyed before the transport closes.
   std::shared_ptr<void>& upper_state(const std::string& key);
@@ -63,6 +67,8 @@ class CommImpl {
   CommStats stats() const;
 
  private:
+  // check_usable() without the interrupted-collectives check: memory services stay usable.
+  void check_open();
   void validate_peer(int peer, const char* what) const;
 
   std::string unique_id_;

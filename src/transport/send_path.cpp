@@ -3,6 +3,7 @@
 // legacy RTS/CTS handshake and fills relay staging chunks.
 #include <thread>
 
+#include "common/interrupt.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 #include "transport/transport.h"
@@ -31,10 +32,12 @@ std::shared_ptr<RequestState> Transport::new_request(const char* kind, int peer,
 Publication Transport::wait_publication(int peer, uint32_t buf_id, uint64_t min_version, const char* what) {
   Peer& P = *peers_[peer];
   const auto deadline = Clock::now() + opts_.timeout;
+  common::InterruptPoll interrupt(opts_.interrupt_check);  // abandoning this wait changes nothing
   for (int iter = 0;; ++iter) {
     std::optional<Publication> pub = registry_read(P.out.reg, buf_id);
     if (pub && pub->version >= min_version) return *pub;
     check_peer(peer);
+    interrupt.poll();
     if (Clock::now() > deadline)
       throw TimeoutError(cat(what, " to rank ", peer, ": buffer ", buf_id, " was not published at version >= ", min_version,
                              " within ", opts_.timeout.count(), " ms (published: ",

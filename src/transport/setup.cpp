@@ -3,6 +3,7 @@
 #include <chrono>
 #include <thread>
 
+#include "common/interrupt.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 #include "peerlink/topology.h"
@@ -27,10 +28,17 @@ Transport::Transport(const std::string& unique_id, int rank, int world, int devi
   info.device = device;
   info.completion_pref = static_cast<int>(opts.completion);
   if (device >= 0) info.pci_bus_id = gpu::pci_bus_id(device);
-  boot_ = std::make_unique<bootstrap::Bootstrap>(unique_id, rank, world, info, opts.timeout);
+  boot_ = std::make_unique<bootstrap::Bootstrap>(unique_id, rank, world, info, opts.timeout, opts.interrupt_check);
   backend_ = gpu::make_backend(device, common::cat(boot_->job_prefix(), "r", rank, "_"));
   ipc_ = std::make_unique<IpcManager>(*backend_, common::self_proc_id());
-  setup_links();
+  try {
+    setup_links();
+  } catch (...) {
+    // A timeout, a lost peer or the interruption hook: the destructor will not run, so unpin and
+    // leave here; the members' destructors then unmap and unlink every segment we created.
+    shutdown();
+    throw;
+  }
   running_ = true;
   send_thread_ = std::thread([this] { send_worker_main(); });
   recv_thread_ = std::thread([this] { recv_worker_main(); });
@@ -153,6 +161,7 @@ void Transport::decide_completion() {
   }
   // Lower rank decides for each higher peer.
   const auto deadline = Clock::now() + opts_.channel_ready_timeout;
+  common::InterruptPoll interrupt(opts_.interrupt_check);
   for (int p = rank_ + 1; p < world_; ++p) {
     Peer& P = *peers_[p];
     Completion a = pref(rank_), b = pref(p);
@@ -161,8 +170,10 @@ void Transport::decide_completion() {
       decision = (a == Completion::DoneSeq || b == Completion::DoneSeq) ? kDecisionFailed : kDecisionRing;
     } else {
       auto* ch = static_cast<ChannelLayout*>(P.chan_seg.payload());
-      while (ch->opener_ready.value.load(std::memory_order_acquire) == 0 && Clock::now() < deadline)
+      while (ch->opener_ready.value.load(std::memory_order_acquire) == 0 && Clock::now() < deadline) {
+        interrupt.poll();
         std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
       bool ready = ch->opener_ready.value.load(std::memory_order_acquire) != 0;
       bool forced = a == Completion::DoneSeq || b == Completion::DoneSeq;
       decision = ready ? kDecisionDoneSeq : forced ? kDecisionFailed : kDecisionRing;
@@ -184,6 +195,7 @@ void Transport::decide_completion() {
       if (Clock::now() > read_deadline)
         throw TimeoutError(cat("rank ", rank_, ": rank ", lo, " never decided the completion path of pair (", lo, ", ", hi, ")"));
       if (!boot_->peer_alive(lo)) throw PeerLostError(cat("rank ", lo, " died during setup"));
+      interrupt.poll();
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
     if (d == kDecisionFailed)
