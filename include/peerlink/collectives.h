@@ -3,6 +3,10 @@
 // GPU communicators: stream-ordered, runs on the caller's stream (cudaStream_t / hipStream_t passed
 // as void*, nullptr = the legacy default stream), never synchronizes the host on the fast path and
 // can be captured in a CUDA graph. Host communicators (device -1): synchronous, stream ignored.
+// On compute capability >= 9.0 the kernels are launched with programmatic dependent launch
+// (PEERLINK_ALLREDUCE_PDL=0 turns it off): an allreduce waits on the device for the preceding
+// kernel of its stream, and a following kernel launched with PDL must itself wait
+// (cudaGridDependencySynchronize) before it reads the result, as PDL requires of every kernel.
 #pragma once
 #include <cstddef>
 #include <string>

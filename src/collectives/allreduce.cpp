@@ -175,6 +175,10 @@ void allreduce(Communicator& comm, const void* sendbuf, void* recvbuf, size_t co
     } catch (const PeerLostError& e) {
       st.broken = std::make_exception_ptr(PeerLostError(cat(e.what(), "; this communicator's collectives are unusable")));
       throw;
+    } catch (...) {  // e.g. Options::interrupt_check abandoned the wait: the ranks are out of step
+      st.broken = std::make_exception_ptr(Error(cat("allreduce (rank ", st.rank, "): an earlier call on this communicator "
+                                                    "was abandoned mid-protocol; its collectives are unusable")));
+      throw;
     }
     return;
   }
