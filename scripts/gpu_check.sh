@@ -91,6 +91,8 @@ if has lat; then
 fi
 if has topo && [ -x $BUILD/bin/peerlink-topo ]; then
   run_step topo 60 bash -c "$BUILD/bin/peerlink-topo && $BUILD/bin/peerlink-topo --json"
+  # The same explanation in the log of a communicator's creation (ranks on GPUs 0,1 or twice on 0).
+  run_step topo_info 60 env PEERLINK_DEBUG=INFO $BUILD/bin/bench_transport --mode latency -b 8 -e 8 -n 20 -w 2
 fi
 if has bench && [ -f scripts/gpu_bench.sh ]; then BUILD=$BUILD SKIP_BUILD=1 run_step bench 420 bash scripts/gpu_bench.sh "$R/bench"; fi
 if has coll && [ -f scripts/gpu_collectives.sh ]; then BUILD=$BUILD run_step coll 420 bash scripts/gpu_collectives.sh "$R/coll" "$BUILD"; fi
