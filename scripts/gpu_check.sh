@@ -82,8 +82,14 @@ if has arvariants; then  # allreduce tuning knobs, one sweep (tests/collectives/
 fi
 if has arbench; then  # allreduce, peerlink and NCCL side by side (nccl-tests columns)
   A=$BUILD/bin/bench_allreduce
-  run_step ar_bf16_graph 120 $A --impl both -b 8 -e 256M -f 2 -n 20 -w 5 -c 1 -G 1 -d bfloat16 -o sum
-  run_step ar_bf16 120 $A --impl both -b 8 -e 256M -f 2 -n 20 -w 5 -c 1 -d bfloat16 -o sum
+  # -n: calls per timed loop (nccl-tests' default 20 lets one host hiccup of a rank dominate a row)
+  N=${AR_ITERS:-20}
+  run_step ar_bf16_graph 120 $A --impl both -b 8 -e 256M -f 2 -n $N -w 5 -c 1 -G 1 -d bfloat16 -o sum
+  run_step ar_bf16 120 $A --impl both -b 8 -e 256M -f 2 -n $N -w 5 -c 1 -d bfloat16 -o sum
+  for dt in ${AR_MORE_TYPES:-}; do  # e.g. "float half": graph and eager for other types
+    run_step ar_${dt}_graph 120 $A --impl both -b 8 -e 256M -f 2 -n $N -w 5 -c 1 -G 1 -d $dt -o sum
+    run_step ar_${dt} 120 $A --impl both -b 8 -e 256M -f 2 -n $N -w 5 -c 1 -d $dt -o sum
+  done
 fi
 if has lat; then
   run_step lat 60 $BUILD/bin/bench_transport --mode latency --transport direct --completion done_seq -b 8 -e 64M -f 4 -n 300 -w 30
