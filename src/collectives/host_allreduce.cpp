@@ -57,6 +57,7 @@ void wait_all(CollState& st, int phase, uint64_t seq) {
       else sched_yield();
       if (now >= next_alive) {
         st.impl->check_peer_alive(p);  // throws PeerLostError
+        st.impl->check_interrupt();    // Options::interrupt_check (Ctrl-C from Python)
         next_alive = now + std::chrono::milliseconds(20);
       }
       if (now - start > opts.timeout)

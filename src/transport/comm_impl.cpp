@@ -66,8 +66,9 @@ void CommImpl::validate_peer(int peer, const char* what) const {
 void CommImpl::check_peer_alive(int peer) {
   validate_peer(peer, "check_peer_alive");
   transport_->check_peer(peer);
-  transport_->boot().check_interrupt();
 }
+
+void CommImpl::check_interrupt() { transport_->boot().check_interrupt(); }
 
 gpu::Backend& CommImpl::backend() {
   check_open();

@@ -45,10 +45,12 @@ class CommImpl {
   // Throws InvalidArgument after close, a stored worker error, or Error after an interrupted
   // barrier or collective (see Options::interrupt_check).
   void check_usable();
-  // For the wait loops of upper layers' collectives, called from the waiting thread (every
-  // ~20 ms): throws PeerLostError naming a dead peer, then runs Options::interrupt_check, whose
-  // throw marks the collectives interrupted (check_usable refuses them from then on).
+  // Throws PeerLostError naming `peer` when it died or left.
   void check_peer_alive(int peer);
+  // For the wait loops of upper layers' collectives, from the waiting thread (every ~20 ms): runs
+  // Options::interrupt_check, whose throw marks the collectives interrupted (check_usable refuses
+  // them from then on).
+  void check_interrupt();
   // Per-communicator state owned by an upper layer; destroyed before the transport closes.
   std::shared_ptr<void>& upper_state(const std::string& key);
 
