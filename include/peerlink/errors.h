@@ -2,6 +2,7 @@
 #pragma once
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace peerlink {
 
@@ -34,6 +35,32 @@ class PeerLostError : public Error {
 class UnsupportedError : public Error {
  public:
   explicit UnsupportedError(const std::string& what) : Error(what) {}
+};
+
+// A GPU runtime call (CUDA or HIP) failed: `code` is the runtime's error code, `call` the function.
+class GpuError : public Error {
+ public:
+  GpuError(const std::string& what, int code, std::string call)
+      : Error(what), code_(code), call_(std::move(call)) {}
+  int code() const { return code_; }
+  const std::string& call() const { return call_; }
+
+ private:
+  int code_;
+  std::string call_;
+};
+
+// An operating-system call failed: `err` is errno, `call` the function (e.g. "ftruncate").
+class SysError : public Error {
+ public:
+  SysError(const std::string& what, int err, std::string call)
+      : Error(what), errno_(err), call_(std::move(call)) {}
+  int error_code() const { return errno_; }
+  const std::string& call() const { return call_; }
+
+ private:
+  int errno_;
+  std::string call_;
 };
 
 }  // namespace peerlink
