@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Python package on the GPU machine: install it offline, run py/tests with torch CUDA tensors and
 # CuPy arrays (device = rank; CuPy cases skip when CuPy is absent), then the examples and
-# py/bench_p2p.py under torchrun on 2 GPUs. Logs and the benchmark table go under $1 (or $OUT).
+# benchmarks/bench_p2p.py under torchrun on 2 GPUs. Logs and the benchmark table go under $1 (or $OUT).
 #   bash scripts/gpu_python.sh OUTDIR [LIB_BUILD_DIR]
 # LIB_BUILD_DIR: an existing CUDA build of the library to reuse (default build-cuda when it has
 # lib/libpeerlink.so, as scripts/gpu_check.sh leaves it), else setup.py builds build-py/cuda.
@@ -42,7 +42,7 @@ step import 60 bash -c "cd /tmp && $PY -c 'import peerlink as p; print(p.__versi
 step pytest_gpu 300 "$PY" -m pytest py/tests -v -rs -p no:cacheprovider -k "torch or cupy or gpu"
 step pingpong 180 "${TORCHRUN[@]}" examples/pingpong.py --iters 200
 step allreduce 180 "${TORCHRUN[@]}" examples/allreduce_torch.py --iters 50
-step bench_p2p 300 "${TORCHRUN[@]}" py/bench_p2p.py
+step bench_p2p 300 "${TORCHRUN[@]}" benchmarks/bench_p2p.py
 grep '^|' "$OUT/bench_p2p.log" > "$OUT/bench_p2p_table.md" 2>/dev/null
 step launch_host 120 "$PY" -m peerlink.launch -n 2 examples/pingpong.py --iters 50
 ls /dev/shm | grep '^pl_' > "$OUT/shm_left.txt" && { note "LEAK: $(head -5 "$OUT/shm_left.txt")"; status=1; }

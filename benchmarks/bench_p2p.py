@@ -1,7 +1,7 @@
 """One-way point-to-point sweep: peerlink send_direct vs NCCL send/recv (torch.distributed).
 
-    NCCL_NVLS_ENABLE=0 torchrun --nproc-per-node 2 py/bench_p2p.py      # 2 GPUs: both columns
-    python -m peerlink.launch -n 2 py/bench_p2p.py                      # host backend: peerlink
+    NCCL_NVLS_ENABLE=0 torchrun --nproc-per-node 2 benchmarks/bench_p2p.py      # 2 GPUs: both columns
+    python -m peerlink.launch -n 2 benchmarks/bench_p2p.py                      # host backend: peerlink
 
 Rank 0 sends `iters` messages of each size back to back into rank 1's buffer; rank 1 times from a
 common start (barrier) until the last message has landed (irecv.wait for peerlink; recv + stream
@@ -9,17 +9,9 @@ sync for NCCL) and reports time per message and size / time. Every size's payloa
 (seeded by size) and verified on rank 1 after the timed loop, for both libraries.
 """
 import argparse
-import glob
 import os
 import sys
 import time
-
-# Running py/bench_p2p.py puts py/ first on sys.path, where the package's source tree (without a
-# built extension) would shadow the installed package: drop it unless it was built in place.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-if sys.path and os.path.abspath(sys.path[0] or ".") == _HERE and \
-        not glob.glob(os.path.join(_HERE, "peerlink", "_peerlink*.so")):
-    sys.path.pop(0)
 
 import numpy as np  # noqa: E402
 
