@@ -277,9 +277,7 @@ void launch_allreduce(const LaunchArgs& a, void* stream) {
     bool known = with_type(a.dtype, [&](auto t) { launch_op<decltype(t)>(a, st); });
     if (!known) throw InvalidArgument(common::cat("allreduce: unknown dtype code ", a.dtype));
   }
-  DevError e = PL_DEV_GET_LAST_ERROR();
-  if (e != PL_DEV_SUCCESS)
-    throw Error(common::cat("allreduce kernel launch failed: ", PL_DEV_ERROR_STRING(e), " (", int(e), ")"));
+  gpu::dev::check_launch("allreduce kernel launch");  // GpuError: error string, code and device
 }
 
 }  // namespace peerlink::coll

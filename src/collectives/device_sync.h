@@ -4,47 +4,24 @@
 #pragma once
 #include "collectives/device_compat.h"
 #include "collectives/device_launch.h"
-#include "common/log.h"
-#include "peerlink/errors.h"
+#include "gpu/device.h"
 
 namespace peerlink::coll {
 
-// Programmatic dependent launch (Hopper and later, CUDA only). A kernel launched with the PDL
-// attribute may be scheduled while the previous kernel on its stream still runs; pdl_wait() then
-// blocks until that kernel has completed and its memory is visible, so nothing before it may read
-// the caller's input or our counters. pdl_launch_dependents() lets the next kernel on the stream be
-// scheduled early (it still waits in its own pdl_wait()). Both are no-ops without the attribute.
-__device__ __forceinline__ void pdl_wait() {
-#if !defined(PEERLINK_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if !defined(PEERLINK_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+// Programmatic dependent launch, release stores and fences: the shim's device header
+// (gpu/device.h) spells them for CUDA and HIP. A kernel launched with the PDL attribute may be
+// scheduled while the previous kernel on its stream still runs, so nothing before pdl_wait() may
+// read the caller's input or our counters.
+using gpu::dev::pdl_launch_dependents;
+using gpu::dev::pdl_wait;
 
 // Publishes `v` at f (a peer's inbox) after every store this block made before the preceding
 // __syncthreads: a system-scope release store, cumulative through the barrier. (On 2x H200 this
 // measured the same as the full fence.sc.sys + volatile store it replaced.)
-__device__ __forceinline__ void flag_store_release(uint64_t* f, uint64_t v) {
-#if defined(PEERLINK_HIP)
-  __threadfence_system();
-  *reinterpret_cast<volatile uint64_t*>(f) = v;
-#else
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(f), "l"(v) : "memory");
-#endif
-}
+__device__ __forceinline__ void flag_store_release(uint64_t* f, uint64_t v) { gpu::dev::store_release_system(f, v); }
 
 // After a relaxed spin saw the flag: orders the reads of the peer's data after it (acquire).
-__device__ __forceinline__ void fence_acquire() {
-#if defined(PEERLINK_HIP)
-  __threadfence_system();
-#else
-  asm volatile("fence.acq_rel.sys;" ::: "memory");
-#endif
-}
+__device__ __forceinline__ void fence_acquire() { gpu::dev::fence_acq_rel_system(); }
 
 // After the block's stores: announce `seq` for (phase, block) to every peer.
 __device__ __forceinline__ void signal_peers(const LaunchArgs& a, int phase, uint64_t seq) {
@@ -141,27 +118,11 @@ bool oneshot_fits(const LaunchArgs& a);
 void launch_oneshot(const LaunchArgs& a, DevStream st);
 
 // With a.pdl the launch carries the programmatic-stream-serialization attribute; the kernels wait
-// for their predecessor (pdl_wait) before touching anything it may write.
+// for their predecessor (pdl_wait) before touching anything it may write. A plain launch's error
+// is read once per call by launch_allreduce (gpu::dev::check_launch).
 template <typename Kernel>
 void launch_kernel(Kernel kernel, const LaunchArgs& a, DevStream st) {
-#if !defined(PEERLINK_HIP)
-  if (a.pdl) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(a.blocks);
-    cfg.blockDim = dim3(a.threads);
-    cfg.stream = st;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, a);
-    if (e != cudaSuccess)
-      throw Error(common::cat("allreduce kernel launch (PDL) failed: ", cudaGetErrorString(e), " (", int(e), ")"));
-    return;
-  }
-#endif
-  kernel<<<a.blocks, a.threads, 0, st>>>(a);
+  gpu::dev::launch(kernel, static_cast<unsigned>(a.blocks), static_cast<unsigned>(a.threads), st, a.pdl, a);
 }
 
 }  // namespace peerlink::coll

@@ -30,7 +30,10 @@ struct AllocRange {
   uint64_t alloc_id = 0;
 };
 
-// An ordered queue of copies (a stream on GPUs). Tickets complete in order.
+// An ordered queue of copies (a stream on GPUs). Tickets complete in order. copy, done,
+// signal_after and copy_and_signal are the transport's hot path: call them only on a thread bound
+// with Backend::bind_worker_thread() (they make no device call of their own); wait_all and the
+// destructor may run on any thread.
 class CopyQueue {
  public:
   virtual ~CopyQueue() = default;
@@ -71,6 +74,10 @@ class Backend {
   virtual void unpin(void* p) = 0;
   // Synchronous copy (tests, setup, host reference paths).
   virtual void copy_sync(void* dst, const void* src, size_t bytes) = 0;
+  // Makes this backend's device current on the calling thread for good: for threads the library
+  // owns and that never run user code (the transport's workers), once when they start. Every
+  // other entry point sets and restores the device itself (gpu::DeviceGuard). No-op on host.
+  virtual void bind_worker_thread() {}
 };
 
 // device == -1: host backend with segments named `shm_prefix` + "m<n>"; else the GPU `device`.

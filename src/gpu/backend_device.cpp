@@ -1,5 +1,7 @@
 // Device backend: CUDA/HIP memory through the shim (runtime.h). Exported with the runtime's legacy
-// IPC handles; copies run on copy-engine streams and complete through events.
+// IPC handles; copies run on copy-engine streams and complete through events. Every stream, event,
+// IPC mapping and host registration is held by an owner (owners.h), and every entry point that may
+// run on a caller's thread sets the device with a DeviceGuard, which gives the caller's device back.
 #include <cstring>
 #include <deque>
 #include <map>
@@ -8,6 +10,7 @@
 
 #include "common/log.h"
 #include "gpu/backend.h"
+#include "gpu/owners.h"
 #include "peerlink/errors.h"
 
 namespace peerlink::gpu {
@@ -15,59 +18,52 @@ namespace {
 
 using common::cat;
 
-// The current device is per thread in CUDA/HIP: every entry point that may run on a worker thread
-// makes sure this thread targets our device.
-void ensure_device(int dev) {
-  thread_local int current = -2;
-  if (current != dev) {
-    set_device(dev);
-    current = dev;
-  }
-}
-
+// Hot path (copy, done, signal_after, copy_and_signal) makes no device call: it runs on the
+// transport's worker threads, which Backend::bind_worker_thread() binds to the device once when
+// they start and which never run user code, so their current device cannot change behind our
+// back. (Of the calls used there only the copy kernel's launch requires it; the memcpy, event
+// record/query, stream wait and stream write all address a stream or event of our device, and on
+// CUDA a call on a thread with no current context would create one on device 0.) wait_all and the
+// destructor may run on a caller's thread and take a DeviceGuard.
 class DeviceCopyQueue final : public CopyQueue {
  public:
   DeviceCopyQueue(int dev, int lanes) : dev_(dev) {
-    ensure_device(dev_);
-    for (int i = 0; i < std::max(1, lanes); ++i) lanes_.push_back(stream_create());
-    for (size_t i = 1; i < lanes_.size(); ++i) lane_done_.push_back(event_create());
-    fork_ = event_create();
+    DeviceGuard g(dev_);
+    // Each resource goes into its owner as soon as it exists: a throw half-way releases the rest.
+    for (int i = 0; i < std::max(1, lanes); ++i) lanes_.push_back(StreamOwner::create(dev_));
+    for (size_t i = 1; i < lanes_.size(); ++i) lane_done_.push_back(EventOwner::create(dev_));
+    fork_ = EventOwner::create(dev_);
   }
   ~DeviceCopyQueue() override {
     try {
-      ensure_device(dev_);
-      for (Stream s : lanes_) stream_sync(s);
+      DeviceGuard g(dev_);
+      for (auto& s : lanes_) stream_sync(s.get());
     } catch (...) {
     }
-    for (auto& p : pending_) event_destroy(p.second);
-    for (Event e : free_events_) event_destroy(e);
-    for (Event e : lane_done_) event_destroy(e);
-    event_destroy(fork_);
-    for (Stream s : lanes_) stream_destroy(s);
+    // Members release themselves (events before streams: declared after them).
   }
 
   uint64_t copy(void* dst, const void* src, size_t bytes, bool stripe, bool track) override {
-    ensure_device(dev_);
-    Stream main = lanes_[0];
+    Stream main = lanes_[0].get();
     if (bytes == 0) {
       // nothing to copy; the ticket still orders after earlier work
     } else if (!stripe || lanes_.size() == 1 || bytes < lanes_.size() * 4096) {
       memcpy_async(dst, src, bytes, main);
     } else {
       // Fork: every lane starts after earlier work on the main lane; join before the ticket event.
-      event_record(fork_, main);
+      event_record(fork_.get(), main);
       size_t n = lanes_.size();
       size_t chunk = ((bytes + n - 1) / n + 4095) & ~size_t(4095);
       for (size_t i = 0; i < n; ++i) {
         size_t off = i * chunk;
         if (off >= bytes) break;
         size_t len = std::min(chunk, bytes - off);
-        Stream s = lanes_[i];
-        if (i > 0) stream_wait_event(s, fork_);
+        Stream s = lanes_[i].get();
+        if (i > 0) stream_wait_event(s, fork_.get());
         memcpy_async(static_cast<char*>(dst) + off, static_cast<const char*>(src) + off, len, s);
         if (i > 0) {
-          event_record(lane_done_[i - 1], s);
-          stream_wait_event(main, lane_done_[i - 1]);
+          event_record(lane_done_[i - 1].get(), s);
+          stream_wait_event(main, lane_done_[i - 1].get());
         }
       }
     }
@@ -77,7 +73,9 @@ class DeviceCopyQueue final : public CopyQueue {
       e = free_events_.back();
       free_events_.pop_back();
     } else {
-      e = event_create();
+      EventOwner owned(dev_, event_create());  // the pool grows to the number in flight, then stays
+      e = owned.get();
+      events_.push_back(std::move(owned));
     }
     event_record(e, main);
     pending_.emplace_back(++issued_, e);
@@ -94,14 +92,12 @@ class DeviceCopyQueue final : public CopyQueue {
   }
 
   bool signal_after(uint64_t* host_addr, uint64_t value) override {
-    ensure_device(dev_);
-    stream_write_value64(lanes_[0], device_view(host_addr), value);
+    stream_write_value64(lanes_[0].get(), device_view(host_addr), value);
     return true;
   }
 
   bool copy_and_signal(void* dst, const void* src, size_t bytes, uint64_t* host_addr, uint64_t value) override {
-    ensure_device(dev_);
-    launch_copy_signal(dst, src, bytes, device_view(host_addr), value, lanes_[0]);
+    launch_copy_signal(dst, src, bytes, device_view(host_addr), value, lanes_[0].get());
     return true;
   }
 
@@ -111,18 +107,19 @@ class DeviceCopyQueue final : public CopyQueue {
   }
 
   void wait_all() override {
-    ensure_device(dev_);
-    for (Stream s : lanes_) stream_sync(s);
+    DeviceGuard g(dev_);
+    for (auto& s : lanes_) stream_sync(s.get());
     done(issued_);
   }
 
  private:
   int dev_;
-  std::vector<Stream> lanes_;
-  std::vector<Event> lane_done_;
-  Event fork_ = nullptr;
-  std::deque<std::pair<uint64_t, Event>> pending_;
-  std::vector<Event> free_events_;
+  std::vector<StreamOwner> lanes_;
+  std::vector<EventOwner> lane_done_;
+  EventOwner fork_;
+  std::vector<EventOwner> events_;                 // every ticket event ever made (the pool)
+  std::deque<std::pair<uint64_t, Event>> pending_;  // tickets in flight (events owned by events_)
+  std::vector<Event> free_events_;                  // idle events of the pool
   uint64_t issued_ = 0;
   std::map<uint64_t*, void*> device_addr_;
 };
@@ -133,10 +130,15 @@ class DeviceBackend final : public Backend {
     int n = device_count();
     if (dev < 0 || dev >= n)
       throw InvalidArgument(cat("device ", dev, " does not exist (", runtime_name(), " sees ", n, " device(s))"));
-    ensure_device(dev_);
+    DeviceGuard g(dev_);  // initializes the device's context now, not on the first transfer
   }
   ~DeviceBackend() override {
-    for (auto& kv : owned_) device_free(kv.first);
+    try {
+      DeviceGuard g(dev_);
+      for (auto& kv : owned_) device_free(kv.first);
+    } catch (...) {
+    }
+    // mappings_ and pins_ release themselves, each under its own guard.
   }
 
   bool is_host() const override { return false; }
@@ -144,7 +146,7 @@ class DeviceBackend final : public Backend {
 
   void* alloc(size_t bytes) override {
     if (bytes == 0) throw InvalidArgument("alloc: bytes must be > 0");
-    ensure_device(dev_);
+    DeviceGuard dg(dev_);
     void* p = device_malloc(bytes);
     std::lock_guard<std::mutex> g(mu_);
     owned_[static_cast<char*>(p)] = bytes;
@@ -160,12 +162,12 @@ class DeviceBackend final : public Backend {
       owned_.erase(it);
       ids_.erase(static_cast<char*>(p));
     }
-    ensure_device(dev_);
+    DeviceGuard dg(dev_);
     device_free(p);
   }
 
   AllocRange find_allocation(const void* p, size_t len) override {
-    ensure_device(dev_);
+    DeviceGuard dg(dev_);
     if (!is_device_pointer(p))
       throw InvalidArgument(cat("pointer ", p, " is not device memory (device ", dev_, ")"));
     AddressRange r = address_range(p);
@@ -190,7 +192,7 @@ class DeviceBackend final : public Backend {
   }
 
   MemHandle export_allocation(const AllocRange& r) override {
-    ensure_device(dev_);
+    DeviceGuard dg(dev_);
     MemHandle h;
     h.kind = HandleKind::DeviceIpc;
     h.alloc_id = r.alloc_id;
@@ -200,34 +202,60 @@ class DeviceBackend final : public Backend {
     return h;
   }
 
+  // Mappings are owned here until close(): whatever the transport leaves open is closed when the
+  // backend goes. A multimap: the runtime may hand out one address for two opens (refcounted).
   void* open(const MemHandle& h) override {
     if (h.kind != HandleKind::DeviceIpc) throw Error("device backend cannot open a host SHM handle");
-    ensure_device(dev_);
-    return ipc_open(h.data);
+    IpcMapping m = IpcMapping::open(dev_, h.data);
+    void* base = m.get();
+    std::lock_guard<std::mutex> g(mu_);
+    mappings_.emplace(base, std::move(m));
+    return base;
   }
   void close(const MemHandle&, void* base) override {
-    ensure_device(dev_);
-    ipc_close(base);
+    IpcMapping m;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto it = mappings_.find(base);
+      if (it == mappings_.end()) return;  // not open (closed twice): nothing to do
+      m = std::move(it->second);
+      mappings_.erase(it);
+    }
+    // m closes here, outside the lock, under its DeviceGuard
   }
 
   std::unique_ptr<CopyQueue> make_queue(int lanes) override {
     return std::make_unique<DeviceCopyQueue>(dev_, lanes);
   }
+  // Registrations are owned here until unpin(); the backend's destructor unpins the rest.
   void pin(void* p, size_t bytes) override {
-    ensure_device(dev_);
-    host_register(p, bytes);
+    HostRegistration r = HostRegistration::create(dev_, p, bytes);
+    std::lock_guard<std::mutex> g(mu_);
+    pins_.insert_or_assign(p, std::move(r));
   }
-  void unpin(void* p) override { host_unregister(p); }
+  void unpin(void* p) override {
+    HostRegistration r;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto it = pins_.find(p);
+      if (it == pins_.end()) return;
+      r = std::move(it->second);
+      pins_.erase(it);
+    }
+  }
   void copy_sync(void* dst, const void* src, size_t bytes) override {
-    ensure_device(dev_);
+    DeviceGuard dg(dev_);
     memcpy_sync(dst, src, bytes);
   }
+  void bind_worker_thread() override { set_device(dev_); }
 
  private:
   int dev_;
   std::mutex mu_;
   std::map<char*, size_t> owned_;
   std::map<char*, std::pair<uint64_t, size_t>> ids_;  // base -> (alloc id, size)
+  std::multimap<void*, IpcMapping> mappings_;          // open() -> close()
+  std::map<void*, HostRegistration> pins_;             // pin() -> unpin()
   uint64_t next_id_ = 0;
 };
 

@@ -4,22 +4,8 @@
 // for small sends, where the copy engine's start-up latency dominates.
 #include <cstdint>
 
+#include "gpu/device.h"
 #include "gpu/runtime.h"
-
-#if defined(PEERLINK_HIP)
-#include <hip/hip_runtime.h>
-#define PL_LAST_ERROR hipGetLastError
-#define PL_SUCCESS hipSuccess
-#define PL_STREAM hipStream_t
-#else
-#include <cuda_runtime.h>
-#define PL_LAST_ERROR cudaGetLastError
-#define PL_SUCCESS cudaSuccess
-#define PL_STREAM cudaStream_t
-#endif
-
-#include "common/log.h"
-#include "peerlink/errors.h"
 
 namespace peerlink::gpu {
 namespace {
@@ -36,7 +22,7 @@ __global__ void copy_and_signal(char* dst, const char* src, size_t bytes, unsign
     done = words * 16;
   }
   for (size_t i = done + threadIdx.x; i < bytes; i += blockDim.x) dst[i] = src[i];
-  __threadfence_system();  // this thread's stores reach the peer before the signal
+  dev::fence_system();  // this thread's stores reach the peer before the signal
   __syncthreads();
   if (threadIdx.x == 0) *reinterpret_cast<volatile unsigned long long*>(flag) = value;
 }
@@ -45,11 +31,10 @@ __global__ void copy_and_signal(char* dst, const char* src, size_t bytes, unsign
 
 void launch_copy_signal(void* dst, const void* src, size_t bytes, void* flag_device_addr, uint64_t value, Stream s) {
   unsigned threads = bytes >= 16 * 1024 ? 1024 : bytes >= 1024 ? 256 : 64;
-  copy_and_signal<<<1, threads, 0, static_cast<PL_STREAM>(s)>>>(
+  copy_and_signal<<<1, threads, 0, static_cast<rt::Stream>(s)>>>(
       static_cast<char*>(dst), static_cast<const char*>(src), bytes,
       static_cast<unsigned long long*>(flag_device_addr), static_cast<unsigned long long>(value));
-  auto e = PL_LAST_ERROR();
-  if (e != PL_SUCCESS) throw Error(common::cat("copy kernel launch failed: error ", static_cast<int>(e)));
+  dev::check_launch("copy kernel launch");
 }
 
 }  // namespace peerlink::gpu

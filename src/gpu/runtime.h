@@ -1,6 +1,10 @@
 // The GPU shim: the only interface through which peerlink reaches CUDA or HIP. One implementation
-// (runtime_gpu.cpp) is compiled against CUDA or HIP; runtime_none.cpp serves host-only builds.
-// Nothing above src/gpu/ includes a CUDA or HIP header.
+// (runtime_gpu.cpp, on the name mapping of gpu_api.h) is compiled against CUDA or HIP;
+// runtime_none.cpp serves host-only builds. Nothing above src/gpu/ includes a CUDA or HIP header
+// (.cu kernels reach the device side through gpu/device.h). Failing runtime calls throw GpuError
+// (code + the runtime's call name; message with the error string and the device).
+// Owners of what these functions create (streams, events, registrations, mappings) and the
+// device guard are in gpu/owners.h.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -11,8 +15,20 @@ namespace peerlink::gpu {
 const char* runtime_name();  // "cuda", "hip" or "none"
 bool compiled_with_gpu();
 int device_count();          // 0 when no driver or no device: never throws
-void set_device(int dev);
+void set_device(int dev);  // for threads the library owns (workers) and tests; else DeviceGuard
 int current_device();
+// The calling thread's current device as enter_device found it, for leave_device to put back.
+// On CUDA it is the driver's current context (nullptr when the thread has none): restoring it
+// exactly never creates a context on a device the thread had not used (cudaSetDevice(prev) would).
+struct SavedDevice {
+  void* ctx = nullptr;
+  int dev = -1;
+  bool changed = false;  // false: nothing to put back
+};
+// Makes `dev` current on this thread unless it already is; dev < 0 (host) does nothing. Use
+// DeviceGuard (owners.h) rather than calling these directly.
+SavedDevice enter_device(int dev);
+void leave_device(const SavedDevice& saved) noexcept;
 std::string pci_bus_id(int dev);  // "0000:3b:00.0"
 bool can_access_peer(int dev, int peer);
 // 1 when the two devices are linked by NVLink/xGMI as far as the runtime tells; -1 unknown.
@@ -95,4 +111,12 @@ void* device_malloc_flags(size_t bytes);
 int multiprocessor_count(int dev);
 // major * 10 + minor on CUDA (90 = Hopper); 0 on HIP and without a GPU.
 int compute_capability(int dev);
+}  // namespace peerlink::gpu
+
+// ---- tests support ----
+namespace peerlink::gpu {
+int pointer_device(const void* p);  // device holding a device allocation; -1 for anything else
+// 1 when this process has a context on `dev` (CUDA: its primary context is active), 0 when not,
+// -1 when the runtime cannot tell (HIP, host builds).
+int context_active(int dev);
 }  // namespace peerlink::gpu

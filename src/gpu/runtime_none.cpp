@@ -15,6 +15,11 @@ bool compiled_with_gpu() { return false; }
 int device_count() { return 0; }
 void set_device(int) { no_gpu("set_device"); }
 int current_device() { return -1; }
+SavedDevice enter_device(int dev) {
+  if (dev >= 0) no_gpu("enter_device");
+  return SavedDevice{};
+}
+void leave_device(const SavedDevice&) noexcept {}
 std::string pci_bus_id(int) { no_gpu("pci_bus_id"); }
 bool can_access_peer(int, int) { return false; }
 int p2p_link_hint(int, int) { return -1; }
@@ -64,4 +69,10 @@ int multiprocessor_count(int) { return 0; }
 int compute_capability(int) { return 0; }
 Event event_create_timed() { no_gpu("event_create_timed"); }
 float event_elapsed_ms(Event, Event) { no_gpu("event_elapsed_ms"); }
+}  // namespace peerlink::gpu
+
+// ---- tests support ----
+namespace peerlink::gpu {
+int pointer_device(const void*) { return -1; }
+int context_active(int) { return -1; }
 }  // namespace peerlink::gpu

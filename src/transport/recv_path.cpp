@@ -230,6 +230,7 @@ void Transport::fail_pending_recvs(Peer& P, std::exception_ptr e) {
 }
 
 void Transport::recv_worker_main() {
+  backend_->bind_worker_thread();  // the copy hot path makes no device call (gpu/backend.h)
   WorkerLoop loop(boot_->layout().recv_bell[rank_]);
   while (running_.load(std::memory_order_acquire)) {
     uint32_t ticket = loop.prepare();

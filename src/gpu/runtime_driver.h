@@ -1,0 +1,97 @@
+// CUDA driver entry points used by the shim (runtime_gpu.cpp only): resolved through the runtime
+// (cudaGetDriverEntryPointByVersion) so the library never links libcuda directly and loads on
+// machines without a driver (CI). Also the per-device primary contexts behind DeviceGuard.
+#pragma once
+#if !defined(PEERLINK_HIP)
+#include <atomic>
+#include <mutex>
+
+#include "common/log.h"
+#include "gpu/gpu_api.h"
+#include "gpu/gpu_error.h"
+#include "peerlink/errors.h"
+
+namespace peerlink::gpu::driver {
+
+template <typename Fn>
+Fn resolve(const char* sym) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  rt::check(cudaGetDriverEntryPointByVersion(sym, &fn, 12000, cudaEnableDefault, &q),
+            "cudaGetDriverEntryPointByVersion");
+  if (q != cudaDriverEntryPointSuccess || !fn)
+    throw GpuError(common::cat("CUDA driver entry point ", sym, " not available (query result ", static_cast<int>(q), ")"),
+                   static_cast<int>(q), "cudaGetDriverEntryPointByVersion");
+  return reinterpret_cast<Fn>(fn);
+}
+
+// Resolved once; the hot paths call plain function pointers.
+struct Api {
+  CUresult (*get_error_string)(CUresult, const char**);
+  CUresult (*ctx_get_current)(CUcontext*);
+  CUresult (*ctx_set_current)(CUcontext);
+  CUresult (*device_get)(CUdevice*, int);
+  CUresult (*primary_retain)(CUcontext*, CUdevice);
+  CUresult (*primary_state)(CUdevice, unsigned*, int*);
+  CUresult (*get_range)(CUdeviceptr*, size_t*, CUdeviceptr);
+  CUresult (*ptr_attr)(void*, CUpointer_attribute, CUdeviceptr);
+  CUresult (*write_value64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+  Api() {
+    load(get_error_string, "cuGetErrorString");
+    load(ctx_get_current, "cuCtxGetCurrent");
+    load(ctx_set_current, "cuCtxSetCurrent");
+    load(device_get, "cuDeviceGet");
+    load(primary_retain, "cuDevicePrimaryCtxRetain");
+    load(primary_state, "cuDevicePrimaryCtxGetState");
+    load(get_range, "cuMemGetAddressRange");
+    load(ptr_attr, "cuPointerGetAttribute");
+    load(write_value64, "cuStreamWriteValue64");
+  }
+  template <typename Fn>
+  static void load(Fn& f, const char* sym) {
+    f = resolve<Fn>(sym);
+  }
+};
+inline const Api& api() {
+  static const Api a;
+  return a;
+}
+
+// GpuError for a failed driver call (CUresult codes are not cudaError_t codes).
+[[noreturn]] inline void throw_error(CUresult r, const char* call) {
+  const char* text = nullptr;
+  if (api().get_error_string(r, &text) != CUDA_SUCCESS) text = nullptr;
+  int dev = -1;
+  if (cudaGetDevice(&dev) != cudaSuccess) dev = -1;
+  throw make_gpu_error(call, static_cast<int>(r), nullptr, text, dev);
+}
+inline void check(CUresult r, const char* call) {
+  if (r != CUDA_SUCCESS) throw_error(r, call);
+}
+
+// The primary context of every device, retained once per process (the runtime uses the same
+// context; it lives until the process exits). Not a cache of any thread's current device: it maps
+// a device to a handle that does not change.
+constexpr int kMaxDevices = 256;
+inline std::atomic<CUcontext> g_primary[kMaxDevices];
+inline CUcontext primary_context(int dev) {
+  if (dev < 0 || dev >= kMaxDevices)
+    throw InvalidArgument(common::cat("device ", dev, " is outside [0, ", kMaxDevices, ")"));
+  CUcontext c = g_primary[dev].load(std::memory_order_acquire);
+  if (c) return c;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> g(mu);
+  c = g_primary[dev].load(std::memory_order_relaxed);
+  if (c) return c;
+  int n = 0;
+  rt::check(cudaGetDeviceCount(&n), "cudaGetDeviceCount");  // initializes the runtime and the driver
+  if (dev >= n) throw InvalidArgument(common::cat("device ", dev, " does not exist (cuda sees ", n, " device(s))"));
+  CUdevice d = 0;
+  check(api().device_get(&d, dev), "cuDeviceGet");
+  check(api().primary_retain(&c, d), "cuDevicePrimaryCtxRetain");
+  g_primary[dev].store(c, std::memory_order_release);
+  return c;
+}
+
+}  // namespace peerlink::gpu::driver
+#endif
