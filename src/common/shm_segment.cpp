@@ -77,12 +77,15 @@ void* build_tmp(const std::string& name, const std::string& tmp, size_t payload_
     thrower();
   };
   // posix_fallocate both sizes the file and allocates its pages: ENOSPC now, not SIGBUS later.
-  if (int e = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); e != 0)
-    fail([&] { throw_no_space(e, "posix_fallocate", name, bytes); });
+  // tmpfs gives up with EINTR when a signal arrives during a large reservation: retry those.
+  int e;
+  do e = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  while (e == EINTR);
+  if (e != 0) fail([&] { throw_no_space(e, "posix_fallocate", name, bytes); });
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
-    int e = errno;
-    fail([&] { throw SysError(cat("mmap of new SHM segment ", name, " (", bytes, " bytes): ", errno_text(e)), e, "mmap"); });
+    int err = errno;
+    fail([&] { throw SysError(cat("mmap of new SHM segment ", name, " (", bytes, " bytes): ", errno_text(err)), err, "mmap"); });
   }
   struct stat st;
   fstat(fd, &st);
