@@ -11,7 +11,8 @@ namespace {
 
 using common::cat;
 constexpr uint32_t kJoinRecordMagic = 0x4e494f4aU;  // "JOIN"
-constexpr uint32_t kMaxCompletionPref = 2;          // Completion::{Auto, DoneSeq, Ring}
+// Completion is a small enum (Auto, DoneSeq, Ring today); room for more without a layout change.
+constexpr uint32_t kMaxCompletionPref = 15;
 constexpr int kMaxDevice = 4096;
 
 struct JoinWire {

@@ -26,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
       SlotRecord r = parse_slot(slot.get(), std::min(n, sizeof(RankSlot)), rank, world);
       if (r.state == kJoined || r.state == kLeft) {
-        if (r.pid <= 0 || r.device < -1 || r.completion_pref > 2 || r.pci_bus_id.size() >= 32) std::abort();
+        if (r.pid <= 0 || r.device < -1 || r.completion_pref > 15 || r.pci_bus_id.size() >= 32) std::abort();
         if (world < 64 && (r.relay_mask >> world) != 0) std::abort();
       }
     } catch (const peerlink::Error&) {
