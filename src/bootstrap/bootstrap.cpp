@@ -261,7 +261,7 @@ void Bootstrap::barrier(std::chrono::milliseconds timeout) {
                     ", so the ranks no longer agree on how many ran; close the communicator"));
   uint64_t k = ++barrier_count_;
   layout_->slots[rank_].barrier_count.store(k, std::memory_order_release);
-  for (int r = 0; r < world_; ++r) layout_->recv_bell[r].ring();
+  for (int r = 0; r < world_; ++r) layout_->barrier_bell[r].ring();
   const auto start = Clock::now();
   const auto deadline = start + timeout;
   auto next_liveness = start + kLivenessInterval;
@@ -293,9 +293,9 @@ void Bootstrap::barrier(std::chrono::milliseconds timeout) {
     if (iter > 64) {
       // Sleep on our own doorbell: peers ring everyone's when they arrive.
       constexpr auto kSleep = std::chrono::milliseconds(20);
-      uint32_t t = layout_->recv_bell[rank_].prepare();
+      uint32_t t = layout_->barrier_bell[rank_].prepare();
       if (layout_->slots[missing[0]].barrier_count.load(std::memory_order_acquire) < k)
-        layout_->recv_bell[rank_].wait(t, kSleep);
+        layout_->barrier_bell[rank_].wait(t, kSleep);
     }
   }
 }
@@ -327,6 +327,8 @@ void Bootstrap::leave() {
   left_ = true;
   layout_->slots[rank_].state.store(kLeft, std::memory_order_release);
   for (int r = 0; r < world_; ++r) {
+    layout_->barrier_bell[r].ring();
+    // The transport's workers still sleep on these (until they move to its own segment).
     layout_->recv_bell[r].ring();
     layout_->send_bell[r].ring();
   }

@@ -48,6 +48,7 @@ struct BootLayout {
   uint64_t nonce;
   char pad[48];
   RankSlot slots[kMaxRanks];
+  common::Doorbell barrier_bell[kMaxRanks];  // bootstrap's own: rung on barrier arrival and leave
   // The three fields below belong to the transport and move to its own segment (issue 11.3);
   // kept until the transport stops using them.
   common::Doorbell recv_bell[kMaxRanks];   // rung when something arrives for rank r's receive side
