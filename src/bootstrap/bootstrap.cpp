@@ -1,9 +1,15 @@
 #include "bootstrap/bootstrap.h"
 
+#include <cerrno>
 #include <cstring>
+#include <fcntl.h>
 #include <random>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <thread>
 
+#include "bootstrap/records.h"
 #include "common/interrupt.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
@@ -13,7 +19,7 @@ namespace {
 
 using common::cat;
 using Clock = std::chrono::steady_clock;
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;  // 2: flock ownership, kJoining
 
 uint64_t random_nonce() {
   std::random_device rd;
@@ -54,74 +60,106 @@ Bootstrap::~Bootstrap() {
   seg_.unlink();
 }
 
-void Bootstrap::join(const JoinInfo& info, std::chrono::milliseconds timeout) {
-  const std::string name = id_prefix_ + "boot";
-  const auto deadline = Clock::now() + timeout;
-  common::InterruptPoll interrupt(interrupt_check_);
-  for (int iter = 0;; ++iter) {
-    interrupt.poll();  // only here: every iteration that goes on owns nothing yet
-    if (Clock::now() > deadline)
-      throw TimeoutError(cat("rank ", rank_, ": could not join rendezvous segment ", name, " within ",
-                             timeout.count(), " ms"));
-    common::Segment seg = common::Segment::open(name);
-    if (!seg.valid()) {
-      seg = common::Segment::try_create(name, sizeof(BootLayout), 0, [&](void* p) {
-        auto* l = static_cast<BootLayout*>(p);
-        l->world_size = static_cast<uint32_t>(world_);
-        l->layout_version = kLayoutVersion;
-        l->nonce = random_nonce();
-      });
-      if (!seg.valid()) { backoff(iter); continue; }  // someone else created it: open theirs
-      // A fresh rendezvous: nothing of this id is alive, so leftovers of a crashed run go now.
+// Returns the rendezvous segment mapped and held (shared flock), creating it when absent, or an
+// empty Segment when the caller should look again (lost a creation race, replaced a stale one).
+common::Segment Bootstrap::acquire_rendezvous(const std::string& name) {
+  const std::string path = "/dev/shm/" + name;
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    if (errno != ENOENT) throw SysError(cat("cannot open rendezvous segment ", name, ": ", std::strerror(errno)), errno, "open");
+    common::Segment seg = common::Segment::publish_locked(name, sizeof(BootLayout), 0, [&](void* p) {
+      auto* l = static_cast<BootLayout*>(p);
+      l->world_size = static_cast<uint32_t>(world_);
+      l->layout_version = kLayoutVersion;
+      l->nonce = random_nonce();
+    });
+    if (seg.valid()) {
+      // A fresh rendezvous: leftovers of a crashed run of this id (owners dead) go now.
       int removed = common::remove_stale_segments(id_prefix_);
       if (removed > 0)
         common::log_line(LogLevel::Warn, LogLevel::Warn,
                          cat("removed ", removed, " stale SHM segment(s) of a crashed run with prefix ", id_prefix_));
-    } else if (seg.payload_bytes() != sizeof(BootLayout)) {
+    }
+    return seg;  // empty: someone else published it first; open theirs next time
+  }
+  struct stat st {};
+  fstat(fd, &st);
+  auto named_here = [&] {
+    struct stat now {};
+    return ::stat(path.c_str(), &now) == 0 && now.st_ino == st.st_ino;
+  };
+  // Nobody holds it: no live process belongs to this rendezvous (a crashed or abandoned run, or a
+  // corrupt file). Whatever its header says, it is stale; remove it and create a fresh one.
+  if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    if (named_here()) {
+      common::log_line(LogLevel::Warn, LogLevel::Warn,
+                       cat("rank ", rank_, ": replacing stale rendezvous segment ", name, " (no live rank holds it)"));
+      ::unlink(path.c_str());
+    }
+    ::close(fd);
+    return common::Segment();
+  }
+  // Held by a live rank: join it. LOCK_SH fails only while a replacer holds LOCK_EX (then the
+  // file was unowned and is going away); once we hold it, nobody can replace it under us.
+  if (flock(fd, LOCK_SH | LOCK_NB) != 0 || !named_here()) {
+    ::close(fd);
+    return common::Segment();
+  }
+  try {
+    return common::Segment::adopt_fd(fd, name);
+  } catch (const Error& e) {
+    ::close(fd);
+    throw Error(cat("rendezvous segment ", name, " is held by a live process but is not a valid segment (",
+                    e.what(), "); is another program using the unique id's name?"));
+  }
+}
+
+// Claims this rank's slot. False (with *why_wait set) when the slot is held by a process that died
+// or is still being claimed: its rendezvous is failing and will be abandoned, so look again later.
+bool Bootstrap::claim_slot(BootLayout* l, const JoinInfo& info, std::string* why_wait) {
+  RankSlot& mine = l->slots[rank_];
+  uint32_t expected = kEmpty;
+  if (!mine.state.compare_exchange_strong(expected, kJoining, std::memory_order_acq_rel)) {
+    if (expected == kJoined && common::process_alive({mine.pid, mine.start_time}))
+      throw InvalidArgument(cat("rank ", rank_, " of this unique id is already taken by live pid ", mine.pid,
+                                " (two processes with the same rank, or two jobs with the same unique id at once?)"));
+    *why_wait = expected == kJoining ? cat("rank ", rank_, "'s slot is being claimed by another process")
+                                     : cat("rank ", rank_, "'s slot is held by pid ", mine.pid, ", which ",
+                                           expected == kLeft ? "gave up" : "died", " in an earlier run of this id");
+    return false;
+  }
+  common::ProcId me = common::self_proc_id();
+  mine.pid = me.pid;
+  mine.start_time = me.start_time;
+  mine.device = info.device;
+  mine.completion_pref = static_cast<uint32_t>(info.completion_pref);
+  mine.relay_mask = info.relay_mask;
+  std::snprintf(mine.pci_bus_id, sizeof mine.pci_bus_id, "%s", info.pci_bus_id.c_str());
+  mine.state.store(kJoined, std::memory_order_release);
+  return true;
+}
+
+void Bootstrap::join(const JoinInfo& info, std::chrono::milliseconds timeout) {
+  const std::string name = id_prefix_ + "boot";
+  const auto deadline = Clock::now() + timeout;
+  common::InterruptPoll interrupt(interrupt_check_);
+  std::string why_wait;
+  for (int iter = 0;; ++iter) {
+    interrupt.poll();  // only here: every iteration that goes on owns nothing yet
+    if (Clock::now() > deadline)
+      throw TimeoutError(cat("rank ", rank_, ": could not join rendezvous segment ", name, " within ",
+                             timeout.count(), " ms", why_wait.empty() ? "" : ": " + why_wait));
+    common::Segment seg = acquire_rendezvous(name);
+    if (!seg.valid()) { backoff(iter); continue; }
+    if (seg.payload_bytes() != sizeof(BootLayout))
       throw Error(cat("rendezvous segment ", name, " has ", seg.payload_bytes(), " bytes, expected ",
                       sizeof(BootLayout), " (another peerlink version?)"));
-    }
     auto* l = static_cast<BootLayout*>(seg.payload());
-    // A segment whose creator or a joined rank is dead belongs to a crashed run: replace it.
-    bool stale = !seg.owner_alive();
-    for (int r = 0; r < kMaxRanks && !stale; ++r) {
-      const RankSlot& s = l->slots[r];
-      if (s.state.load(std::memory_order_acquire) == kJoined && !common::process_alive({s.pid, s.start_time}))
-        stale = true;
+    check_layout_header(l, sizeof(BootLayout), world_, kLayoutVersion);
+    if (!claim_slot(l, info, &why_wait)) {  // drops our hold: the failing run can then go away
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      continue;
     }
-    if (stale) {
-      common::log_line(LogLevel::Warn, LogLevel::Warn,
-                       cat("rank ", rank_, ": replacing stale rendezvous segment ", name, " of a crashed run"));
-      common::Segment fresh = common::Segment::try_create(name, sizeof(BootLayout), 0, [&](void* p) {
-        auto* nl = static_cast<BootLayout*>(p);
-        nl->world_size = static_cast<uint32_t>(world_);
-        nl->layout_version = kLayoutVersion;
-        nl->nonce = random_nonce();
-      });
-      if (fresh.valid()) common::remove_stale_segments(id_prefix_);
-      backoff(iter);
-      continue;  // reopen whatever is named now
-    }
-    if (l->layout_version != kLayoutVersion)
-      throw Error(cat("rendezvous segment ", name, " has layout version ", l->layout_version, ", expected ",
-                      kLayoutVersion));
-    if (static_cast<int>(l->world_size) != world_)
-      throw InvalidArgument(cat("rank ", rank_, " was created with world_size ", world_,
-                                " but the job's other ranks use world_size ", l->world_size));
-    RankSlot& mine = l->slots[rank_];
-    common::ProcId me = common::self_proc_id();
-    if (mine.state.load(std::memory_order_acquire) != kEmpty)
-      throw InvalidArgument(cat("rank ", rank_, " of this unique id is already taken by pid ", mine.pid,
-                                " (two processes with the same rank?)"));
-    mine.pid = me.pid;
-    mine.start_time = me.start_time;
-    mine.device = info.device;
-    mine.completion_pref = static_cast<uint32_t>(info.completion_pref);
-    mine.relay_mask = info.relay_mask;
-    std::snprintf(mine.pci_bus_id, sizeof mine.pci_bus_id, "%s", info.pci_bus_id.c_str());
-    uint32_t expected = kEmpty;
-    if (!mine.state.compare_exchange_strong(expected, kJoined, std::memory_order_acq_rel))
-      throw InvalidArgument(cat("rank ", rank_, " joined twice at once (two processes with the same rank?)"));
     seg_ = std::move(seg);
     layout_ = l;
     return;
@@ -136,21 +174,31 @@ std::string Bootstrap::missing_ranks(const std::vector<int>& missing) const {
 
 void Bootstrap::wait_all_joined(std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
+  auto next_liveness = Clock::now() + kLivenessInterval;
   common::InterruptPoll interrupt(interrupt_check_);
   for (int iter = 0;; ++iter) {
     std::vector<int> missing, gave_up;
+    const bool check_alive = Clock::now() >= next_liveness;
+    if (check_alive) next_liveness = Clock::now() + kLivenessInterval;
     for (int r = 0; r < world_; ++r) {
       const RankSlot& s = layout_->slots[r];
       uint32_t st = s.state.load(std::memory_order_acquire);
-      if (st == kEmpty) {
+      if (st == kEmpty || st == kJoining) {
         missing.push_back(r);
       } else if (st == kLeft) {
-        gave_up.push_back(r);
-      } else if (r != rank_ && (iter % 256) == 255 && !common::process_alive({s.pid, s.start_time})) {
+        gave_up.push_back(r);  // its own rendezvous failed; reported with the missing ones
+      } else if (st != kJoined && st != kLeft) {
+        throw Error(cat("rendezvous: rank ", r, "'s slot has invalid state ", st, " (corrupted segment)"));
+      } else if (r != rank_ && check_alive && !common::process_alive({s.pid, s.start_time})) {
         throw PeerLostError(cat("rank ", r, " (pid ", s.pid, ") died during rendezvous"));
       }
     }
-    if (missing.empty() && gave_up.empty()) return;
+    if (missing.empty() && gave_up.empty()) {
+      // Everyone is here: what the others wrote into their slots must make sense before any
+      // layer above reads it (typed error for a corrupt segment, never a wild read later).
+      for (int r = 0; r < world_; ++r) parse_slot(&layout_->slots[r], sizeof(RankSlot), r, world_);
+      return;
+    }
     interrupt.poll();  // the constructor's catch leaves and unlinks
     if (Clock::now() > deadline)
       throw TimeoutError(cat("rank ", rank_, ": rendezvous timed out after ", timeout.count(),
@@ -169,21 +217,54 @@ bool Bootstrap::peer_alive(int r) const {
   return s.state.load(std::memory_order_acquire) == kJoined && common::process_alive({s.pid, s.start_time});
 }
 
+void Bootstrap::mark_out_of_step(int reason) {
+  int none = 0;
+  out_of_step_.compare_exchange_strong(none, reason, std::memory_order_acq_rel);
+  interrupted_.store(true, std::memory_order_release);
+}
+
+std::string Bootstrap::out_of_step_reason() const {
+  switch (out_of_step_.load(std::memory_order_acquire)) {
+    case 1: return "interrupted";
+    case 2: return "timed out";
+    case 3: return "lost a peer";
+    default: return interrupted() ? "interrupted" : "";
+  }
+}
+
 void Bootstrap::check_interrupt() {
   if (!interrupt_check_) return;
   try {
     interrupt_check_();
   } catch (...) {
-    interrupted_.store(true, std::memory_order_release);
+    mark_out_of_step(1);
     throw;
   }
 }
 
+// A rank found dead in a barrier: its host allocations (segments "<job>r<r>_...") are removed now
+// rather than at the next run of this id; remove_stale_segments checks each one's owner is dead,
+// so nothing a live process (e.g. a reused pid) owns is touched.
+void Bootstrap::barrier_peer_lost(int r) {
+  bool left = peer_left(r);
+  if (!left) common::remove_stale_segments(cat(job_prefix_, "r", r, "_"));
+  mark_out_of_step(3);
+  throw PeerLostError(cat("barrier: rank ", r, " (pid ", layout_->slots[r].pid, ") ",
+                          left ? "closed its communicator" : "died"));
+}
+
 void Bootstrap::barrier(std::chrono::milliseconds timeout) {
+  // Once a barrier of this rank failed after publishing its arrival, the ranks disagree on how
+  // many barriers ran: another one would pair our k+1 with their k. Refuse instead.
+  if (interrupted())
+    throw Error(cat("barrier on rank ", rank_, ": an earlier barrier or collective wait ", out_of_step_reason(),
+                    ", so the ranks no longer agree on how many ran; close the communicator"));
   uint64_t k = ++barrier_count_;
   layout_->slots[rank_].barrier_count.store(k, std::memory_order_release);
-  for (int r = 0; r < world_; ++r) layout_->recv_bell[r].ring();
-  const auto deadline = Clock::now() + timeout;
+  for (int r = 0; r < world_; ++r) layout_->barrier_bell[r].ring();
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  auto next_liveness = start + kLivenessInterval;
   common::InterruptPoll interrupt(interrupt_check_);
   for (int iter = 0;; ++iter) {
     std::vector<int> missing;
@@ -195,22 +276,26 @@ void Bootstrap::barrier(std::chrono::milliseconds timeout) {
     } catch (...) {
       // Our arrival at barrier k is published and cannot be taken back: peers may pass it
       // without us, and a retried barrier would be our k+1 against their k.
-      interrupted_.store(true, std::memory_order_release);
+      mark_out_of_step(1);
       throw;
     }
-    if ((iter & 63) == 63) {
+    const auto now = Clock::now();
+    if (now >= next_liveness) {  // time-based: the loop below sleeps up to kSleep per round
+      next_liveness = now + kLivenessInterval;
       for (int r : missing)
-        if (!peer_alive(r))
-          throw PeerLostError(cat("barrier: rank ", r, peer_left(r) ? " closed its communicator" : " died"));
+        if (!peer_alive(r)) barrier_peer_lost(r);
     }
-    if (Clock::now() > deadline)
+    if (now > deadline) {
+      mark_out_of_step(2);  // same as an interruption: our arrival stays published
       throw TimeoutError(cat("barrier timed out after ", timeout.count(), " ms on rank ", rank_,
                              "; ranks that did not arrive: ", missing_ranks(missing)));
+    }
     if (iter > 64) {
       // Sleep on our own doorbell: peers ring everyone's when they arrive.
-      uint32_t t = layout_->recv_bell[rank_].prepare();
+      constexpr auto kSleep = std::chrono::milliseconds(20);
+      uint32_t t = layout_->barrier_bell[rank_].prepare();
       if (layout_->slots[missing[0]].barrier_count.load(std::memory_order_acquire) < k)
-        layout_->recv_bell[rank_].wait(t, std::chrono::milliseconds(20));
+        layout_->barrier_bell[rank_].wait(t, kSleep);
     }
   }
 }
@@ -226,11 +311,24 @@ void Bootstrap::allgather(const void* mine, size_t bytes, void* all, std::chrono
   ++allgather_count_;
 }
 
+std::vector<JoinInfo> Bootstrap::exchange_join_info(const JoinInfo& mine, std::chrono::milliseconds timeout) {
+  char rec[kJoinRecordBytes];
+  encode_join_record(mine, rec);
+  std::vector<char> all(kJoinRecordBytes * static_cast<size_t>(world_));
+  allgather(rec, sizeof rec, all.data(), timeout);
+  std::vector<JoinInfo> out;
+  out.reserve(world_);
+  for (int r = 0; r < world_; ++r) out.push_back(decode_join_record(&all[r * kJoinRecordBytes], kJoinRecordBytes, r, world_));
+  return out;
+}
+
 void Bootstrap::leave() {
   if (left_ || !layout_) return;
   left_ = true;
   layout_->slots[rank_].state.store(kLeft, std::memory_order_release);
   for (int r = 0; r < world_; ++r) {
+    layout_->barrier_bell[r].ring();
+    // The transport's workers still sleep on these (until they move to its own segment).
     layout_->recv_bell[r].ring();
     layout_->send_bell[r].ring();
   }

@@ -1,7 +1,14 @@
 // Rendezvous of the ranks of one job on one node through a POSIX SHM segment named after the
 // unique id: any start order, bounded waits that name the ranks that never arrived, detection and
 // replacement of a segment left by a crashed run. After setup the segment's name is unlinked; the
-// mapping stays and carries barriers, small allgathers, doorbells and per-pair decisions.
+// mapping stays and carries barriers, small allgathers and liveness.
+//
+// Ownership and staleness are decided atomically with a shared flock on the segment's file: the
+// creator takes it before the name appears, every joiner takes it before claiming its slot, and
+// the kernel drops it when a process dies. A segment nobody holds belongs to no live rank and is
+// replaced; one that is held is joined, whoever created it and whether or not its creator is
+// still there. A rank slot is claimed with a compare-and-swap; a second live claimant of a rank
+// gets InvalidArgument, so a job never splits across two segments.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -20,7 +27,8 @@ namespace peerlink::bootstrap {
 constexpr int kMaxRanks = 64;
 constexpr size_t kAllgatherBytes = 1024;
 
-enum SlotState : uint32_t { kEmpty = 0, kJoined = 1, kLeft = 2 };
+// kJoining: claimed by CAS, pid/start/info being written; kJoined once they are.
+enum SlotState : uint32_t { kEmpty = 0, kJoined = 1, kLeft = 2, kJoining = 3 };
 
 struct alignas(64) RankSlot {
   std::atomic<uint32_t> state;
@@ -40,6 +48,9 @@ struct BootLayout {
   uint64_t nonce;
   char pad[48];
   RankSlot slots[kMaxRanks];
+  common::Doorbell barrier_bell[kMaxRanks];  // bootstrap's own: rung on barrier arrival and leave
+  // The three fields below belong to the transport and move to its own segment (issue 11.3);
+  // kept until the transport stops using them.
   common::Doorbell recv_bell[kMaxRanks];   // rung when something arrives for rank r's receive side
   common::Doorbell send_bell[kMaxRanks];   // rung when something arrives for rank r's send side
   std::atomic<uint32_t> pair_decision[kMaxRanks * kMaxRanks];  // [lo*kMaxRanks+hi], see transport
@@ -76,6 +87,9 @@ class Bootstrap {
   // or what the interruption hook throws (then interrupted() is true; callers check it first).
   void barrier(std::chrono::milliseconds timeout);
   void allgather(const void* mine, size_t bytes, void* all, std::chrono::milliseconds timeout);
+  // Every rank's JoinInfo, exchanged with allgather as validated fixed-size records (the transport's
+  // per-rank setup data; decode_join_record throws Error for a corrupt record).
+  std::vector<JoinInfo> exchange_join_info(const JoinInfo& mine, std::chrono::milliseconds timeout);
   // Unlinks the rendezvous name once everyone has mapped it (new jobs with the same id start clean).
   void unlink_name() { seg_.unlink(); }
   // Alive and not left.
@@ -89,9 +103,18 @@ class Bootstrap {
   void check_interrupt();
   // True after an interrupted barrier or collective wait: this rank must not take part in more.
   bool interrupted() const { return interrupted_.load(std::memory_order_acquire); }
+  // Why interrupted() is true: "interrupted", "timed out" or "lost a peer" (empty while usable).
+  std::string out_of_step_reason() const;
+
+  // How often a barrier wait checks that the ranks it waits for are alive (detection latency).
+  static constexpr std::chrono::milliseconds kLivenessInterval{50};
 
  private:
   void join(const JoinInfo& info, std::chrono::milliseconds timeout);
+  common::Segment acquire_rendezvous(const std::string& name);
+  bool claim_slot(BootLayout* l, const JoinInfo& info, std::string* why_wait);
+  void mark_out_of_step(int reason);
+  [[noreturn]] void barrier_peer_lost(int r);
   void wait_all_joined(std::chrono::milliseconds timeout);
   std::string missing_ranks(const std::vector<int>& missing) const;
 
@@ -106,6 +129,7 @@ class Bootstrap {
   bool left_ = false;
   std::function<void()> interrupt_check_;
   std::atomic<bool> interrupted_{false};
+  std::atomic<int> out_of_step_{0};  // 0 usable, 1 interrupted, 2 timed out, 3 lost a peer
 };
 
 }  // namespace peerlink::bootstrap

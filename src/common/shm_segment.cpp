@@ -30,25 +30,115 @@ uint64_t inode_of_name(const std::string& name) {
   return static_cast<uint64_t>(st.st_ino);
 }
 
-// Maps an open fd whose size is at least a header; validates the header and the size it claims.
+// Maps an open fd holding a segment. The header is read with pread() and validated *before* the
+// file is mapped (nothing untrusted is read through a mapping that might already be gone).
 void* map_validated(int fd, const std::string& name, size_t* bytes) {
   struct stat st;
-  if (fstat(fd, &st) != 0) throw Error(cat("fstat(", name, "): ", errno_text(errno)));
+  if (fstat(fd, &st) != 0) throw SysError(cat("fstat(", name, "): ", errno_text(errno)), errno, "fstat");
+  unsigned char hdr[sizeof(SegmentHeader)] = {};
+  ssize_t got = pread(fd, hdr, sizeof hdr, 0);
+  if (got < 0) throw SysError(cat("pread(", name, "): ", errno_text(errno)), errno, "pread");
+  parse_segment_header(hdr, static_cast<size_t>(got), static_cast<uint64_t>(st.st_size), name);
   size_t size = static_cast<size_t>(st.st_size);
-  if (size < kSegmentHeaderBytes)
-    throw Error(cat("SHM segment ", name, " is truncated: ", size, " bytes"));
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) throw Error(cat("mmap(", name, ", ", size, "): ", errno_text(errno)));
-  auto* h = static_cast<const SegmentHeader*>(p);
-  // Untrusted: the header's payload size must match what the file really holds.
-  if (h->magic != kSegmentMagic || h->payload_bytes != size - kSegmentHeaderBytes) {
-    munmap(p, size);
-    throw Error(cat("SHM segment ", name, " has an invalid header (magic ", std::hex, h->magic,
-                    std::dec, ", payload ", h->payload_bytes, ", file ", size, " bytes)"));
-  }
+  if (p == MAP_FAILED)
+    throw SysError(cat("mmap(", name, ", ", size, " bytes): ", errno_text(errno)), errno, "mmap");
   *bytes = size;
   return p;
 }
+
+// Throws SysError for a failed reservation of `bytes` for `name`, pointing at the usual cause.
+[[noreturn]] void throw_no_space(int e, const char* call, const std::string& name, size_t bytes) {
+  throw SysError(cat("cannot reserve ", bytes, " bytes for SHM segment ", name, " (", call, ": ", errno_text(e),
+                     "); /dev/shm is a RAM-backed tmpfs: check its free space with `df /dev/shm`, remove "
+                     "leftover segments, or allocate less"),
+                 e, call);
+}
+
+// Creates and fills the temporary file of a new segment: header (magic last), payload zeroed and
+// its pages reserved, so that no later access can SIGBUS on a full /dev/shm. Returns the mapping.
+void* build_tmp(const std::string& name, const std::string& tmp, size_t payload_bytes, uint64_t tag,
+                const std::function<void(void*)>& init, int* fd_out, uint64_t* ino) {
+  if (!valid_segment_name(name)) throw InvalidArgument(cat("invalid SHM segment name '", name, "'"));
+  if (payload_bytes > kMaxSegmentPayload)
+    throw InvalidArgument(cat("SHM segment ", name, ": payload of ", payload_bytes, " bytes exceeds the limit of ",
+                              kMaxSegmentPayload, " bytes"));
+  ProcId me = self_proc_id();
+  int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 && errno == EEXIST) {  // left by a dead process whose pid we now have
+    ::unlink(tmp.c_str());
+    fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  }
+  if (fd < 0) throw SysError(cat("cannot create SHM segment ", tmp, ": ", errno_text(errno)), errno, "open");
+  size_t bytes = kSegmentHeaderBytes + payload_bytes;
+  auto fail = [&](auto&& thrower) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    thrower();
+  };
+  // posix_fallocate both sizes the file and allocates its pages: ENOSPC now, not SIGBUS later.
+  // tmpfs gives up with EINTR when a signal arrives during a large reservation: retry those.
+  int e;
+  do e = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  while (e == EINTR);
+  if (e != 0) fail([&] { throw_no_space(e, "posix_fallocate", name, bytes); });
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    int err = errno;
+    fail([&] { throw SysError(cat("mmap of new SHM segment ", name, " (", bytes, " bytes): ", errno_text(err)), err, "mmap"); });
+  }
+  struct stat st;
+  fstat(fd, &st);
+  *ino = static_cast<uint64_t>(st.st_ino);
+  auto* h = static_cast<SegmentHeader*>(p);
+  h->payload_bytes = payload_bytes;
+  h->owner_pid = me.pid;
+  h->owner_start = me.start_time;
+  h->tag = tag;
+  try {
+    if (init) init(static_cast<char*>(p) + kSegmentHeaderBytes);
+  } catch (...) {
+    munmap(p, bytes);
+    fail([] { throw; });
+  }
+  std::atomic_thread_fence(std::memory_order_release);
+  h->magic = kSegmentMagic;
+  *fd_out = fd;
+  return p;
+}
+
+std::string tmp_name_for(const std::string& name) {
+  static std::atomic<uint64_t> tmp_counter{0};  // two communicators of one process create at once
+  return cat(path_of(name), ".tmp.", getpid(), ".", tmp_counter.fetch_add(1));
+}
+
+}  // namespace
+
+SegmentHeader parse_segment_header(const void* bytes, size_t n, uint64_t file_size, const std::string& name) {
+  if (file_size < kSegmentHeaderBytes || n < sizeof(SegmentHeader))
+    throw Error(cat("SHM segment ", name, " is truncated: ", file_size, " bytes (a header needs ",
+                    kSegmentHeaderBytes, ")"));
+  SegmentHeader h;
+  std::memcpy(&h, bytes, sizeof h);  // a copy: the bytes may be shared and change under us
+  // Untrusted: the header's payload size must match what the file really holds.
+  if (h.magic != kSegmentMagic || h.payload_bytes != file_size - kSegmentHeaderBytes ||
+      h.payload_bytes > kMaxSegmentPayload)
+    throw Error(cat("SHM segment ", name, " has an invalid header (magic ", std::hex, h.magic, std::dec,
+                    ", payload ", h.payload_bytes, ", file ", file_size, " bytes)"));
+  return h;
+}
+
+bool valid_segment_name(const std::string& name) {
+  if (name.size() < 4 || name.size() > 200 || name.compare(0, 3, "pl_") != 0) return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+              c == '-' || c == '.';
+    if (!ok) return false;
+  }
+  return name.find("..") == std::string::npos;
+}
+
+namespace {
 
 bool header_owner_alive(const SegmentHeader& h) {
   ProcId id{h.owner_pid, h.owner_start};
@@ -99,9 +189,11 @@ Segment& Segment::operator=(Segment&& o) noexcept {
     base_ = o.base_;
     map_bytes_ = o.map_bytes_;
     ino_ = o.ino_;
+    fd_ = o.fd_;
     unlink_on_destroy_ = o.unlink_on_destroy_;
     o.base_ = nullptr;
     o.map_bytes_ = 0;
+    o.fd_ = -1;
     o.unlink_on_destroy_ = false;
   }
   return *this;
@@ -112,6 +204,8 @@ void Segment::reset() {
     if (unlink_on_destroy_) unlink();
     munmap(base_, map_bytes_);
   }
+  if (fd_ >= 0) ::close(fd_);  // drops the rendezvous lock, after the unlink above
+  fd_ = -1;
   base_ = nullptr;
   map_bytes_ = 0;
 }
@@ -138,55 +232,21 @@ Segment Segment::create(const std::string& name, size_t payload_bytes, uint64_t 
 
 Segment Segment::try_create(const std::string& name, size_t payload_bytes, uint64_t tag,
                             const std::function<void(void*)>& init) {
-  if (name.empty() || name.size() > 200 || name.find('/') != std::string::npos)
-    throw InvalidArgument(cat("invalid SHM segment name '", name, "'"));
-  ProcId me = self_proc_id();
-  static std::atomic<uint64_t> tmp_counter{0};  // two communicators of one process create at once
-  std::string tmp = cat(path_of(name), ".tmp.", me.pid, ".", tmp_counter.fetch_add(1));
-  int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) throw Error(cat("cannot create SHM segment ", tmp, ": ", errno_text(errno)));
-  size_t bytes = kSegmentHeaderBytes + payload_bytes;
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    int e = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw Error(cat("cannot size SHM segment ", name, " to ", bytes, " bytes: ", errno_text(e)));
-  }
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  struct stat st;
-  fstat(fd, &st);
-  ::close(fd);
-  if (p == MAP_FAILED) {
-    ::unlink(tmp.c_str());
-    throw Error(cat("mmap of new SHM segment ", name, " (", bytes, " bytes) failed"));
-  }
-  auto* h = static_cast<SegmentHeader*>(p);
-  h->payload_bytes = payload_bytes;
-  h->owner_pid = me.pid;
-  h->owner_start = me.start_time;
-  h->tag = tag;
-  try {
-    if (init) init(static_cast<char*>(p) + kSegmentHeaderBytes);
-  } catch (...) {
-    munmap(p, bytes);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  std::atomic_thread_fence(std::memory_order_release);
-  h->magic = kSegmentMagic;
-
+  std::string tmp = tmp_name_for(name);
+  int fd = -1;
   Segment s;
+  s.base_ = build_tmp(name, tmp, payload_bytes, tag, init, &fd, &s.ino_);
+  ::close(fd);
   s.name_ = name;
-  s.base_ = p;
-  s.map_bytes_ = bytes;
-  s.ino_ = static_cast<uint64_t>(st.st_ino);
+  s.map_bytes_ = kSegmentHeaderBytes + payload_bytes;
   try {
     for (int attempt = 0; attempt < 8; ++attempt) {
       if (::link(tmp.c_str(), path_of(name).c_str()) == 0) {
         ::unlink(tmp.c_str());
         return s;
       }
-      if (errno != EEXIST) throw Error(cat("cannot publish SHM segment ", name, ": ", errno_text(errno)));
+      if (errno != EEXIST)
+        throw SysError(cat("cannot publish SHM segment ", name, ": ", errno_text(errno)), errno, "link");
       try {
         if (replace_stale(name, tmp)) return s;  // rename consumed tmp
       } catch (const LiveOwner&) {
@@ -201,11 +261,43 @@ Segment Segment::try_create(const std::string& name, size_t payload_bytes, uint6
   }
 }
 
+Segment Segment::publish_locked(const std::string& name, size_t payload_bytes, uint64_t tag,
+                                const std::function<void(void*)>& init) {
+  std::string tmp = tmp_name_for(name);
+  Segment s;
+  s.base_ = build_tmp(name, tmp, payload_bytes, tag, init, &s.fd_, &s.ino_);
+  s.name_ = name;
+  s.map_bytes_ = kSegmentHeaderBytes + payload_bytes;
+  // The lock is on the inode: taken before link(), the name never shows an unowned segment.
+  int rc = flock(s.fd_, LOCK_SH);
+  int e = errno;
+  if (rc == 0 && ::link(tmp.c_str(), path_of(name).c_str()) == 0) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  if (rc == 0) e = errno;
+  ::unlink(tmp.c_str());
+  if (e == EEXIST) return Segment();
+  throw SysError(cat("cannot publish SHM segment ", name, ": ", errno_text(e)), e, rc == 0 ? "link" : "flock");
+}
+
+Segment Segment::adopt_fd(int fd, const std::string& name) {
+  Segment s;
+  s.base_ = map_validated(fd, name, &s.map_bytes_);  // throws: the caller still owns fd
+  struct stat st;
+  fstat(fd, &st);
+  s.name_ = name;
+  s.ino_ = static_cast<uint64_t>(st.st_ino);
+  s.fd_ = fd;
+  return s;
+}
+
 Segment Segment::open(const std::string& name) {
-  int fd = ::open(path_of(name).c_str(), O_RDWR | O_CLOEXEC);
+  if (!valid_segment_name(name)) throw InvalidArgument(cat("invalid SHM segment name '", name, "'"));
+  int fd = ::open(path_of(name).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     if (errno == ENOENT) return Segment();
-    throw Error(cat("cannot open SHM segment ", name, ": ", errno_text(errno)));
+    throw SysError(cat("cannot open SHM segment ", name, ": ", errno_text(errno)), errno, "open");
   }
   Segment s;
   try {

@@ -146,10 +146,21 @@ class DeviceBackend final : public Backend {
 
   void* alloc(size_t bytes) override {
     if (bytes == 0) throw InvalidArgument("alloc: bytes must be > 0");
+    // Refused before the runtime sees it: its allocator rounds the size up (granularity), which
+    // wraps for sizes near SIZE_MAX. 2^62 bytes is far beyond any device.
+    constexpr size_t kMaxAllocBytes = size_t(1) << 62;
+    if (bytes > kMaxAllocBytes)
+      throw InvalidArgument(cat("alloc: ", bytes, " bytes exceeds the limit of ", kMaxAllocBytes,
+                                " bytes (device ", dev_, ")"));
     DeviceGuard dg(dev_);
     void* p = device_malloc(bytes);
-    std::lock_guard<std::mutex> g(mu_);
-    owned_[static_cast<char*>(p)] = bytes;
+    try {
+      std::lock_guard<std::mutex> g(mu_);
+      owned_[static_cast<char*>(p)] = bytes;
+    } catch (...) {  // the map could not grow: the allocation must not leak
+      device_free(p);
+      throw;
+    }
     return p;
   }
 

@@ -1,5 +1,6 @@
 // Host-memory backend: exportable memory is a POSIX SHM segment per allocation, exported by name,
 // copied with memcpy. It lets every transport path run across real processes without a GPU.
+#include <cctype>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -29,13 +30,21 @@ class HostCopyQueue final : public CopyQueue {
 
 class HostBackend final : public Backend {
  public:
-  explicit HostBackend(std::string prefix) : prefix_(std::move(prefix)) {}
+  // `prefix` is "<job prefix>r<rank>_" (transport/setup.cpp): names of this rank's allocations.
+  explicit HostBackend(std::string prefix) : prefix_(std::move(prefix)) {
+    size_t r = prefix_.rfind('r', prefix_.size() >= 2 ? prefix_.size() - 2 : 0);
+    job_prefix_ = r == std::string::npos ? prefix_ : prefix_.substr(0, r);
+  }
 
   bool is_host() const override { return true; }
   int device() const override { return -1; }
 
   void* alloc(size_t bytes) override {
     if (bytes == 0) throw InvalidArgument("alloc: bytes must be > 0");
+    // Checked before any size arithmetic (header page, mapping length) can wrap.
+    if (bytes > common::kMaxSegmentPayload)
+      throw InvalidArgument(cat("alloc: ", bytes, " bytes exceeds the host backend's limit of ",
+                                common::kMaxSegmentPayload, " bytes"));
     std::lock_guard<std::mutex> g(mu_);
     uint64_t id = ++next_id_;
     auto seg = common::Segment::create(cat(prefix_, "m", id), bytes, id);
@@ -87,13 +96,19 @@ class HostBackend final : public Backend {
 
   void* open(const MemHandle& h) override {
     if (h.kind != HandleKind::HostShm) throw Error("host backend cannot open a device IPC handle");
-    char name[sizeof h.data + 1] = {0};
-    std::memcpy(name, h.data, sizeof h.data);  // untrusted: force termination
+    char buf[sizeof h.data + 1] = {0};
+    std::memcpy(buf, h.data, sizeof h.data);  // untrusted: force termination
+    const std::string name = buf;
+    check_peer_name(name);
     auto seg = common::Segment::open(name);
     if (!seg.valid()) throw Error(cat("peer buffer segment ", name, " no longer exists (freed by its owner?)"));
-    if (seg.payload_bytes() < h.alloc_bytes)
-      throw Error(cat("peer buffer segment ", name, " holds ", seg.payload_bytes(), " bytes, handle claims ",
-                      h.alloc_bytes));
+    // The file must be the allocation the handle describes: that allocation id (alloc() tags each
+    // segment with it) and exactly that size; anything else is a wrong or forged handle.
+    const common::SegmentHeader& sh = seg.header();
+    if (sh.tag != h.alloc_id || seg.payload_bytes() != h.alloc_bytes)
+      throw Error(cat("peer buffer segment ", name, " (allocation id ", sh.tag, ", ", seg.payload_bytes(),
+                      " bytes) does not match its handle (allocation id ", h.alloc_id, ", ", h.alloc_bytes,
+                      " bytes)"));
     std::lock_guard<std::mutex> g(mu_);
     char* p = static_cast<char*>(seg.payload());
     opened_.emplace(p, std::move(seg));
@@ -111,12 +126,36 @@ class HostBackend final : public Backend {
   void copy_sync(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
 
  private:
+  // A name read from shared memory is accepted only in the exact form alloc() creates for a peer:
+  // "<this job's prefix>r<rank>_m<id>" with a rank other than ours (our own allocations are never
+  // a peer's buffer) and the charset/length rules of segment creation.
+  void check_peer_name(const std::string& name) const {
+    auto bad = [&](const char* why) {
+      throw Error(cat("peer buffer name '", name, "' rejected: ", why, " (expected ", job_prefix_, "r<rank>_m<id>)"));
+    };
+    if (!common::valid_segment_name(name)) bad("not a valid segment name");
+    if (name.compare(0, job_prefix_.size(), job_prefix_) != 0) bad("not a segment of this job");
+    size_t i = job_prefix_.size();
+    if (i >= name.size() || name[i] != 'r') bad("no owner rank");
+    size_t digits = 0;
+    while (i + 1 + digits < name.size() && std::isdigit(static_cast<unsigned char>(name[i + 1 + digits]))) ++digits;
+    if (digits == 0 || digits > 4 || (digits > 1 && name[i + 1] == '0')) bad("bad owner rank");
+    std::string rank_part = name.substr(i, 1 + digits + 1);  // "r<k>_"
+    if (name.compare(i + 1 + digits, 2, "_m") != 0) bad("not an allocation");
+    if (job_prefix_ + rank_part == prefix_) bad("names one of this rank's own allocations");
+    size_t id_at = i + 1 + digits + 2;
+    if (id_at >= name.size() || name.size() - id_at > 20) bad("bad allocation id");
+    for (size_t k = id_at; k < name.size(); ++k)
+      if (!std::isdigit(static_cast<unsigned char>(name[k]))) bad("bad allocation id");
+  }
+
   struct Owned {
     common::Segment seg;
     size_t bytes;
     uint64_t id;
   };
   std::string prefix_;
+  std::string job_prefix_;
   std::mutex mu_;
   uint64_t next_id_ = 0;
   std::map<char*, Owned> owned_;

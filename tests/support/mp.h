@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -51,9 +52,14 @@ namespace pltest {
     MP_CHECK_MSG(thrown_, #stmt " did not throw " #Type);                                              \
   } while (0)
 
+// Ids start with the test run's tag (PEERLINK_TEST_RUN, exported by `make test`), so the leak check
+// (scripts/check_shm_clean.sh) looks only at this run's segments, not at other jobs on the machine.
+// The tag comes first: shm_prefix_for keeps only the id's first 32 characters.
 inline std::string unique_test_id(const std::string& name) {
   static std::atomic<int> counter{0};
-  return "t-" + name + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+  const char* run = std::getenv("PEERLINK_TEST_RUN");
+  std::string tag = run && *run ? std::string(run) : std::string("t");
+  return tag + "-" + name + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
 }
 
 struct RankOutcome {

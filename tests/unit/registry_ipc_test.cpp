@@ -76,11 +76,15 @@ TEST(Registry, SeqlockReaderNeverSeesTornWrites) {
 }
 
 TEST(IpcCache, ExportOncePerAllocationOpenOncePerPeerAllocation) {
-  std::string prefix = common::shm_prefix_for(pltest::unique_test_id("ipc")) + "r0_";
+  std::string job = common::shm_prefix_for(pltest::unique_test_id("ipc"));
+  std::string prefix = job + "r0_";
   auto be = gpu::make_backend(-1, prefix);
+  // The importer is rank 1 of the same job: a host backend refuses to open its own allocations
+  // as a peer's (issue 12 #8), so it needs a backend of its own.
+  auto be1 = gpu::make_backend(-1, job + "r1_");
   common::ProcId fake_peer{1, 1};  // pretend the exporter is another process, so opens happen
   IpcManager exporter(*be, fake_peer);
-  IpcManager importer(*be, common::self_proc_id());
+  IpcManager importer(*be1, common::self_proc_id());
   char* a = static_cast<char*>(be->alloc(1 << 16));
   uint64_t off = 0;
   gpu::MemHandle h1 = exporter.export_range(a + 100, 50, &off);
