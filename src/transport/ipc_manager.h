@@ -39,6 +39,7 @@ class Mapping {
 
 struct Binding {
   uint64_t version = 0;
+  uint64_t offset = 0;  // of the buffer inside its allocation
   char* ptr = nullptr;  // start of the published buffer in this process
   uint64_t len = 0;
   std::shared_ptr<Mapping> map;
@@ -56,10 +57,13 @@ class IpcManager {
   // (CUDA refuses to open a handle in the process that exported it).
   std::shared_ptr<Mapping> open(int peer, const gpu::MemHandle& h);
 
-  // The binding of (peer, buf_id) for `pub`: reused when version and handle match, else the old
-  // one is released (closed once unused) and the new allocation mapped.
+  // The binding of (peer, buf_id) for `pub`: reused when the cached one was made from the same
+  // record (version, offset, len and allocation), else the old one is released (closed once
+  // unused) and the new allocation mapped. The returned pointer is always the mapping's base plus
+  // pub.offset: the record the caller bounds-checked is the record it writes through (#7).
   Binding bind(int peer, const Publication& pub);
-  bool bound(int peer, uint32_t buf_id, uint64_t version);
+  // Drops the export of the allocation at `base` (it is being freed).
+  void forget_export(const void* base);
 
   // Upper layers (collectives): refcounted open/release by handle.
   void* acquire(int peer, const gpu::MemHandle& h);
