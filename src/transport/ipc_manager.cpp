@@ -47,11 +47,6 @@ std::shared_ptr<Mapping> IpcManager::open_locked(int peer, const gpu::MemHandle&
   return m;
 }
 
-std::shared_ptr<Mapping> IpcManager::open(int peer, const gpu::MemHandle& h) {
-  std::lock_guard<std::mutex> g(mu_);
-  return open_locked(peer, h);
-}
-
 Binding IpcManager::bind(int peer, const Publication& pub) {
   std::shared_ptr<Mapping> released;  // closed outside the lock, after the new mapping exists
   std::lock_guard<std::mutex> g(mu_);

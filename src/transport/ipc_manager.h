@@ -53,10 +53,6 @@ class IpcManager {
   // Exports the allocation holding [p, p+len) once; *offset = p - allocation base.
   gpu::MemHandle export_range(const void* p, size_t len, uint64_t* offset);
 
-  // Maps a peer allocation once; in-process handles return the exporter's pointer directly
-  // (CUDA refuses to open a handle in the process that exported it).
-  std::shared_ptr<Mapping> open(int peer, const gpu::MemHandle& h);
-
   // The binding of (peer, buf_id) for `pub`: reused when the cached one was made from the same
   // record (version, offset, len and allocation), else the old one is released (closed once
   // unused) and the new allocation mapped. The returned pointer is always the mapping's base plus
@@ -77,6 +73,8 @@ class IpcManager {
   static AllocKey key_of(int peer, const gpu::MemHandle& h) {
     return AllocKey{peer, h.owner_pid, h.owner_start, h.alloc_id};
   }
+  // Maps a peer allocation once; in-process handles return the exporter's pointer directly
+  // (CUDA refuses to open a handle in the process that exported it).
   std::shared_ptr<Mapping> open_locked(int peer, const gpu::MemHandle& h);
 
   gpu::Backend& be_;

@@ -142,8 +142,7 @@ void Transport::setup_links() {
   if (rank_ != 0) {
     std::string cn = cat(pre, "ctl");
     ctl_seg_ = common::Segment::open(cn);
-    if (!ctl_seg_.valid() || ctl_seg_.payload_bytes() != sizeof(ControlLayout))
-      throw Error(cat("rank ", rank_, ": control segment ", cn, " of rank 0 is missing or has the wrong size"));
+    if (!ctl_seg_.valid() || ctl_seg_.payload_bytes() != sizeof(ControlLayout)) missing_segment(cn, 0, "control");
     ctl_ = static_cast<ControlLayout*>(ctl_seg_.payload());
     if (ctl_->mapped.value.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint64_t>(world_))
       ctl_seg_.unlink();
@@ -153,14 +152,13 @@ void Transport::setup_links() {
     Peer& P = *peers_[p];
     std::string name = cat(pre, "pair_", rank_, "_", p);
     P.out_seg = common::Segment::open(name);
-    if (!P.out_seg.valid() || P.out_seg.payload_bytes() != PairView::bytes())
-      throw Error(cat("rank ", rank_, ": pair segment ", name, " of rank ", p, " is missing or has the wrong size"));
+    if (!P.out_seg.valid() || P.out_seg.payload_bytes() != PairView::bytes()) missing_segment(name, p, "pair");
     P.out_seg.unlink();
     P.env.out = PairView::attach(P.out_seg.payload());
     if (P.path == Path::Relay) {
       std::string rn = cat(pre, "relay_", p, "_", rank_);
       P.relay_in_seg = common::Segment::open(rn);
-      if (!P.relay_in_seg.valid()) throw Error(cat("relay segment ", rn, " of rank ", p, " is missing"));
+      if (!P.relay_in_seg.valid()) missing_segment(rn, p, "relay");
       P.relay_in_seg.unlink();
       auto* h = static_cast<RelayHeader*>(P.relay_in_seg.payload());
       uint64_t slots = h->slots, chunk = h->chunk_bytes;  // untrusted geometry: it must fit what we mapped
@@ -180,6 +178,13 @@ void Transport::setup_links() {
   boot_->unlink_name();
   for (auto& p : peers_)
     if (p) p->in_seg.unlink(), p->relay_out_seg.unlink();
+}
+
+void Transport::missing_segment(const std::string& name, int owner, const char* what) {
+  if (!boot_->peer_alive(owner))
+    throw PeerLostError(cat("rank ", owner, boot_->peer_left(owner) ? " gave up" : " died", " during setup (its ", what,
+                            " segment ", name, " is gone)"));
+  throw Error(cat("rank ", rank_, ": ", what, " segment ", name, " of rank ", owner, " is missing or has the wrong size"));
 }
 
 // The done_seq channel handshake. The higher rank opens the lower rank's channel and sets
@@ -308,8 +313,7 @@ void Transport::rethrow_worker_error() {
 }
 
 void Transport::shutdown() {
-  if (shut_) return;
-  shut_ = true;
+  if (shut_.exchange(true)) return;
   running_ = false;
   wake_send_worker();
   wake_recv_worker();

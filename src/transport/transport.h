@@ -60,6 +60,9 @@ class Transport {
   void create_control_segment();
   void decide_completion(const std::vector<Completion>& prefs);
   void build_links(Peer& P);
+  // A segment `name` that rank `owner` should have created is missing or malformed: PeerLostError
+  // when the owner died or left, else Error.
+  [[noreturn]] void missing_segment(const std::string& name, int owner, const char* what);
   void send_worker_main();
   void recv_worker_main();
   void mark_lost(Peer& p, std::exception_ptr e);
@@ -87,7 +90,7 @@ class Transport {
   std::thread send_thread_, recv_thread_;
   std::mutex error_mu_;
   std::exception_ptr worker_error_;
-  bool shut_ = false;
+  std::atomic<bool> shut_{false};
 };
 
 }  // namespace peerlink::detail

@@ -51,7 +51,7 @@ TEST(MpGiveUp, RelaySendDirectTimeoutNeverReadsSrcAgain) {
   const std::string uid = pltest::unique_test_id("giveup-relay");
   Shared* sh = make_shared_page();
   std::string fails = run_ranks(2, [&](int rank) {
-    Options o = opts(600);
+    Options o = opts(rank == 0 ? 600 : 5000);
     o.path = Path::Relay;
     o.relay_slots = 2;
     o.relay_chunk_bytes = 4096;
@@ -101,7 +101,7 @@ TEST_P(MpGiveUpDirect, VersionZeroTimeoutNeverReadsSrcAgain) {
   const std::string uid = pltest::unique_test_id("giveup-direct");
   const Completion comp = GetParam();
   std::string fails = run_ranks(2, [&](int rank) {
-    Options o = opts(1000);
+    Options o = opts(rank == 0 ? 500 : 5000);  // the sender's wait times out; the receiver's barriers wait for it
     o.completion = comp;
     Communicator comm(uid, rank, 2, kHostDevice, o);
     const size_t n = 8192;
