@@ -44,7 +44,6 @@ class DoneSeqSendLink final : public DirectSendLink {
         throw Error("copy queue cannot run the signalling copy kernel");
     } else {
       op.ticket = q_.copy(op.dst, op.src, op.len, op.len >= env_.opts->stripe_threshold, false);
-      op.issued = true;
       if (!q_.signal_after(word, op.seq)) throw Error("copy queue cannot signal done_seq");
     }
     op.issued = true;
