@@ -1,7 +1,6 @@
 // The transport: rendezvous, per-peer links, IPC manager and the adapter workers.
 #pragma once
 #include <atomic>
-#include <condition_variable>
 #include <memory>
 #include <string>
 #include <thread>
@@ -23,9 +22,6 @@ class Transport {
   gpu::Backend& backend() { return *backend_; }
   IpcManager& ipc() { return *ipc_; }
   Peer& peer(int r) { return *peers_[r]; }
-  int rank() const { return rank_; }
-  int world() const { return world_; }
-  const Options& opts() const { return opts_; }
 
   void notify(int peer, uint32_t buf_id, void* ptr, size_t len, uint64_t version);
   void wait_buffer(int peer, uint32_t buf_id, uint64_t min_version);
