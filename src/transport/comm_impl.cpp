@@ -116,7 +116,7 @@ void* CommImpl::alloc(size_t bytes) {
 void CommImpl::free(void* p) {
   check_open();
   if (!p) throw InvalidArgument("free: pointer is null");
-  transport_->backend().free(p);
+  transport_->free_memory(p);  // revokes its publications first
 }
 
 void CommImpl::notify_ipc_buffer(int peer, uint32_t buf_id, void* ptr, size_t len, uint64_t version) {
@@ -132,6 +132,11 @@ void CommImpl::wait_ipc_buffer(int peer, uint32_t buf_id, uint64_t min_version) 
 Request CommImpl::isend(int peer, const void* src, size_t len, uint32_t buf_id, size_t offset, uint64_t version) {
   validate_peer(peer, "isend");
   return transport_->isend(peer, src, len, buf_id, offset, version);
+}
+
+void CommImpl::send_direct(int peer, const void* src, size_t len, uint32_t buf_id, uint64_t version, size_t offset) {
+  validate_peer(peer, "isend");
+  transport_->send_direct(peer, src, len, buf_id, version, offset);
 }
 
 Request CommImpl::irecv(int peer, uint32_t buf_id, size_t offset, size_t len) {

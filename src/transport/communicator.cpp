@@ -27,7 +27,7 @@ Request Communicator::isend(int peer, const void* src, size_t len, uint32_t buf_
 }
 void Communicator::send_direct(int peer, const void* src, size_t len, uint32_t buf_id, uint64_t version,
                                size_t offset) {
-  impl_->isend(peer, src, len, buf_id, offset, version).wait();
+  impl_->send_direct(peer, src, len, buf_id, version, offset);
 }
 Request Communicator::irecv(int peer, uint32_t buf_id, size_t offset, size_t len) {
   return impl_->irecv(peer, buf_id, offset, len);

@@ -47,21 +47,17 @@ std::shared_ptr<Mapping> IpcManager::open_locked(int peer, const gpu::MemHandle&
   return m;
 }
 
-std::shared_ptr<Mapping> IpcManager::open(int peer, const gpu::MemHandle& h) {
-  std::lock_guard<std::mutex> g(mu_);
-  return open_locked(peer, h);
-}
-
 Binding IpcManager::bind(int peer, const Publication& pub) {
   std::shared_ptr<Mapping> released;  // closed outside the lock, after the new mapping exists
   std::lock_guard<std::mutex> g(mu_);
   auto key = std::make_pair(peer, pub.buf_id);
   auto it = bindings_.find(key);
-  if (it != bindings_.end() && it->second.version == pub.version && it->second.map &&
-      key_of(peer, it->second.map->handle()) == key_of(peer, pub.handle))
+  if (it != bindings_.end() && it->second.version == pub.version && it->second.offset == pub.offset &&
+      it->second.len == pub.len && it->second.map && key_of(peer, it->second.map->handle()) == key_of(peer, pub.handle))
     return it->second;
   Binding b;
   b.version = pub.version;
+  b.offset = pub.offset;
   b.len = pub.len;
   b.map = open_locked(peer, pub.handle);
   b.ptr = b.map->base() + pub.offset;
@@ -74,10 +70,9 @@ Binding IpcManager::bind(int peer, const Publication& pub) {
   return b;
 }
 
-bool IpcManager::bound(int peer, uint32_t buf_id, uint64_t version) {
+void IpcManager::forget_export(const void* base) {
   std::lock_guard<std::mutex> g(mu_);
-  auto it = bindings_.find({peer, buf_id});
-  return it != bindings_.end() && it->second.version == version;
+  exports_.erase(static_cast<char*>(const_cast<void*>(base)));
 }
 
 void* IpcManager::acquire(int peer, const gpu::MemHandle& h) {

@@ -39,6 +39,7 @@ class Mapping {
 
 struct Binding {
   uint64_t version = 0;
+  uint64_t offset = 0;  // of the buffer inside its allocation
   char* ptr = nullptr;  // start of the published buffer in this process
   uint64_t len = 0;
   std::shared_ptr<Mapping> map;
@@ -52,14 +53,13 @@ class IpcManager {
   // Exports the allocation holding [p, p+len) once; *offset = p - allocation base.
   gpu::MemHandle export_range(const void* p, size_t len, uint64_t* offset);
 
-  // Maps a peer allocation once; in-process handles return the exporter's pointer directly
-  // (CUDA refuses to open a handle in the process that exported it).
-  std::shared_ptr<Mapping> open(int peer, const gpu::MemHandle& h);
-
-  // The binding of (peer, buf_id) for `pub`: reused when version and handle match, else the old
-  // one is released (closed once unused) and the new allocation mapped.
+  // The binding of (peer, buf_id) for `pub`: reused when the cached one was made from the same
+  // record (version, offset, len and allocation), else the old one is released (closed once
+  // unused) and the new allocation mapped. The returned pointer is always the mapping's base plus
+  // pub.offset: the record the caller bounds-checked is the record it writes through (#7).
   Binding bind(int peer, const Publication& pub);
-  bool bound(int peer, uint32_t buf_id, uint64_t version);
+  // Drops the export of the allocation at `base` (it is being freed).
+  void forget_export(const void* base);
 
   // Upper layers (collectives): refcounted open/release by handle.
   void* acquire(int peer, const gpu::MemHandle& h);
@@ -73,6 +73,8 @@ class IpcManager {
   static AllocKey key_of(int peer, const gpu::MemHandle& h) {
     return AllocKey{peer, h.owner_pid, h.owner_start, h.alloc_id};
   }
+  // Maps a peer allocation once; in-process handles return the exporter's pointer directly
+  // (CUDA refuses to open a handle in the process that exported it).
   std::shared_ptr<Mapping> open_locked(int peer, const gpu::MemHandle& h);
 
   gpu::Backend& be_;

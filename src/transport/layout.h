@@ -1,14 +1,20 @@
 // Layouts of the transport's SHM segments. Everything a peer wrote is untrusted: readers
 // bounds-check indices, lengths and handles before use.
 //
-//   pair_<s>_<r>   (created by receiver r)  msg ring s->r, ack ring r->s, registry, descriptors
+//   ctl            (created by rank 0)      doorbells of every rank (the transport's control segment)
+//   pair_<s>_<r>   (created by receiver r)  msg ring s->r, ack ring r->s, registry, descriptors,
+//                                           posted irecvs
 //   ch_<lo>_<hi>   (created by lo)          done_seq lo->hi, done_seq hi->lo, opener_ready
 //   relay_<s>_<r>  (created by sender s)    pinned staging ring: slot metadata + chunk data
+// Each name is unlinked as soon as every process that maps it has done so (the opener of a pair's
+// segment unlinks it right after mapping it), so a crash during setup leaves nothing behind.
+// The parsers of these records (validation of untrusted contents) are pure functions in wire.h.
 #pragma once
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 
+#include "common/futex.h"
 #include "gpu/backend.h"
 #include "shm/spsc_ring.h"
 
@@ -17,6 +23,8 @@ namespace peerlink::detail {
 constexpr uint32_t kRegSlots = 1024;     // buffer ids one receiver can publish per sender
 constexpr uint32_t kDescSlots = 16384;   // sends in flight before the sender waits for irecvs
 constexpr uint32_t kRingCapacity = 2048;
+constexpr uint32_t kPostedSlots = 4096;  // posted-irecv records a sender can look up (issue 12 #14)
+constexpr int kMaxPeers = 64;            // ranks of one job (bootstrap::kMaxRanks)
 
 // Ring message types.
 enum MsgType : uint32_t {
@@ -25,13 +33,22 @@ enum MsgType : uint32_t {
   kMsgCts = 3,       // r->s: registration for send `seq` (arg0 = status, handle in the registry slot)
   kMsgAck = 4,       // r->s: send `seq` matched (arg0 = status)
 };
-enum MsgStatus : uint64_t { kStatusOk = 0, kStatusMismatch = 1, kStatusUnknownBuffer = 2, kStatusBounds = 3 };
+enum MsgStatus : uint64_t {
+  kStatusOk = 0,
+  kStatusMismatch = 1,       // the matching irecv names a different (buffer, offset, len)
+  kStatusUnknownBuffer = 2,  // the buffer id is not published
+  kStatusBounds = 3,         // the range exceeds the published buffer
+  kStatusCancelled = 4,      // the sender's call failed and gave the message up (nothing more written)
+  kStatusRevoked = 5,        // the buffer was freed while the message was on its way
+  kStatusLast = kStatusRevoked,
+};
 
 // One published receive buffer. Single writer (the receiver) with a seqlock; readers retry.
+enum RegState : uint32_t { kRegEmpty = 0, kRegPublished = 1, kRegRevoked = 2 };
 struct RegSlot {
   std::atomic<uint64_t> seq;  // odd while being written
   uint32_t buf_id;
-  std::atomic<uint32_t> used;
+  std::atomic<uint32_t> used;  // RegState; a revoked slot keeps its id (probing) until republished
   uint64_t version;
   uint64_t offset;  // of the buffer inside its allocation
   uint64_t len;
@@ -47,15 +64,28 @@ struct Desc {
   uint64_t len;
 };
 
+// An irecv the receiver has posted, so that a direct sender can refuse a mismatching send before
+// any byte moves (issue 12 #14). Written by the receiver at irecv() (seq last, release; seq 0 while
+// rewritten), read by the sender for its own seq only; slot = seq % kPostedSlots.
+struct PostedRecv {
+  std::atomic<uint64_t> seq;
+  uint32_t buf_id;
+  uint32_t pad;
+  uint64_t offset;
+  uint64_t len;
+};
+
 struct PairView {
   shm::PaddedCounter* consumed = nullptr;  // receiver: highest seq whose descriptor it consumed
   shm::SpscRing msg;                       // s->r
   shm::SpscRing ack;                       // r->s
   RegSlot* reg = nullptr;
   Desc* desc = nullptr;
+  PostedRecv* posted = nullptr;
 
   static size_t bytes() {
-    return 64 + 2 * shm::SpscRing::bytes_for(kRingCapacity) + sizeof(RegSlot) * kRegSlots + sizeof(Desc) * kDescSlots;
+    return 64 + 2 * shm::SpscRing::bytes_for(kRingCapacity) + sizeof(RegSlot) * kRegSlots + sizeof(Desc) * kDescSlots +
+           sizeof(PostedRecv) * kPostedSlots;
   }
   static void init(void* mem) {
     char* p = static_cast<char*>(mem) + 64;
@@ -74,6 +104,8 @@ struct PairView {
     v.reg = reinterpret_cast<RegSlot*>(p);
     p += sizeof(RegSlot) * kRegSlots;
     v.desc = reinterpret_cast<Desc*>(p);
+    p += sizeof(Desc) * kDescSlots;
+    v.posted = reinterpret_cast<PostedRecv*>(p);
     return v;
   }
 };
@@ -84,8 +116,17 @@ struct ChannelLayout {
   shm::PaddedCounter opener_ready;
 };
 
-// Pair decisions published by the lower rank in the rendezvous segment.
-enum PairDecision : uint32_t { kDecisionPending = 0, kDecisionDoneSeq = 1, kDecisionRing = 2, kDecisionFailed = 3 };
+// Completion decisions: the lower rank of each pair decides, all ranks learn them through one
+// allgather (a row of kMaxPeers bytes per rank; row lo, column hi).
+enum PairDecision : uint8_t { kDecisionPending = 0, kDecisionDoneSeq = 1, kDecisionRing = 2, kDecisionFailed = 3 };
+
+// The transport's control segment: every rank's doorbells. Created by rank 0; each rank counts
+// itself in `mapped`, and the one that completes the count unlinks the name.
+struct ControlLayout {
+  shm::PaddedCounter mapped;
+  common::Doorbell recv_bell[kMaxPeers];  // rung when something arrives for rank r's receive side
+  common::Doorbell send_bell[kMaxPeers];  // rung when something arrives for rank r's send side
+};
 
 struct RelaySlotMeta {
   uint64_t seq;        // message sequence number
@@ -96,6 +137,8 @@ struct RelaySlotMeta {
   uint64_t version;    // 0 = receiver's current registration
   uint32_t buf_id;
   uint32_t last;       // 1 on the message's final chunk
+  uint32_t status;     // MsgStatus: kStatusCancelled on the (empty) final chunk of a given-up message
+  uint32_t pad;
 };
 
 struct RelayHeader {

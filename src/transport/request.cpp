@@ -20,10 +20,16 @@ void Request::wait(std::chrono::milliseconds timeout) {
   if (!state_) return;
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + timeout;
-  // Spin briefly (latency), then sleep on the status word (idle costs nothing).
+  // Spin briefly (latency), then sleep on the status word (idle costs nothing). The spin is bounded
+  // in time too: on a loaded machine each yield can give a whole time slice away, and 2000 of them
+  // overran short timeouts by seconds.
+  const auto spin_until = std::min(deadline, Clock::now() + std::chrono::milliseconds(1));
   for (int i = 0; i < 2000; ++i) {
     if (test()) return;
-    if (i > 200) std::this_thread::yield();
+    if (i > 200) {
+      if (Clock::now() > spin_until) break;
+      std::this_thread::yield();
+    }
   }
   while (!test()) {
     auto left = deadline - Clock::now();

@@ -1,14 +1,19 @@
-// Transport setup and teardown: rendezvous, per-pair segments, the done_seq channel handshake with
-// its ring fallback, relay staging rings, and the workers.
+// Transport setup and teardown: join information through the bootstrap's allgather, the
+// transport's control segment (doorbells), per-pair segments, the done_seq channel handshake with
+// its ring fallback, relay staging rings, the links, and the workers. Every name created here is
+// unlinked as soon as every process that maps it has done so.
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "common/interrupt.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 #include "peerlink/topology.h"
+#include "transport/links.h"
 #include "transport/path_policy.h"
 #include "transport/transport.h"
+#include "transport/wire.h"
 
 namespace peerlink::detail {
 namespace {
@@ -24,19 +29,19 @@ int64_t now_ns() {
 
 Transport::Transport(const std::string& unique_id, int rank, int world, int device, const Options& opts)
     : rank_(rank), world_(world), device_(device), opts_(opts) {
-  bootstrap::JoinInfo info;
-  info.device = device;
-  info.completion_pref = static_cast<int>(opts.completion);
-  if (device >= 0) info.pci_bus_id = gpu::pci_bus_id(device);
-  boot_ = std::make_unique<bootstrap::Bootstrap>(unique_id, rank, world, info, opts.timeout, opts.interrupt_check);
+  // The bootstrap carries no transport state: join information goes through its allgather.
+  boot_ = std::make_unique<bootstrap::Bootstrap>(unique_id, rank, world, bootstrap::JoinInfo{}, opts.timeout,
+                                                 opts.interrupt_check);
   backend_ = gpu::make_backend(device, common::cat(boot_->job_prefix(), "r", rank, "_"));
   ipc_ = std::make_unique<IpcManager>(*backend_, common::self_proc_id());
   try {
     setup_links();
   } catch (...) {
     // A timeout, a lost peer or the interruption hook: the destructor will not run, so unpin and
-    // leave here; the members' destructors then unmap and unlink every segment we created.
+    // leave here; the members' destructors then unmap and unlink every segment we created. What a
+    // peer that died during setup created goes too (owner-checked: only dead owners' names).
     shutdown();
+    common::remove_stale_segments(boot_->job_prefix());
     throw;
   }
   running_ = true;
@@ -46,45 +51,72 @@ Transport::Transport(const std::string& unique_id, int rank, int world, int devi
 
 Transport::~Transport() { shutdown(); }
 
-void Transport::setup_links() {
-  auto& L = boot_->layout();
-  // 1. Paths: each rank states which peers it wants relayed; a pair relays when either side asks.
-  uint64_t mask = 0;
-  std::vector<std::string> bus_ids(world_), reasons(world_);
-  for (int p = 0; p < world_; ++p) bus_ids[p] = L.slots[p].device >= 0 ? std::string(L.slots[p].pci_bus_id) : "";
-  std::vector<PathChoice> choices = choose_paths(opts_, rank_, bus_ids);
-  for (int p = 0; p < world_; ++p) {
-    if (p == rank_) continue;
-    reasons[p] = choices[p].reason;
-    if (choices[p].path == Path::Relay) mask |= uint64_t(1) << p;
+void Transport::exchange_join_info(std::vector<std::string>& bus_ids, std::vector<Completion>& prefs) {
+  JoinRecord mine;
+  mine.magic = kJoinMagic;
+  mine.version = kJoinVersion;
+  mine.device = device_;
+  mine.completion_pref = static_cast<uint32_t>(opts_.completion);
+  if (device_ >= 0) std::snprintf(mine.pci_bus_id, sizeof mine.pci_bus_id, "%s", gpu::pci_bus_id(device_).c_str());
+  std::vector<char> all(world_ * sizeof(JoinRecord));
+  boot_->allgather(&mine, sizeof mine, all.data(), opts_.timeout);
+  bus_ids.assign(world_, "");
+  prefs.assign(world_, Completion::Auto);
+  for (int r = 0; r < world_; ++r) {
+    JoinRecord j = parse_join(all.data() + r * sizeof(JoinRecord), sizeof(JoinRecord), r);
+    bus_ids[r] = j.device >= 0 ? std::string(j.pci_bus_id) : "";
+    prefs[r] = static_cast<Completion>(j.completion_pref);
   }
+}
+
+// Rank 0 creates the control segment; every other rank maps it after the next barrier and counts
+// itself in `mapped`; whoever completes the count removes the name.
+void Transport::create_control_segment() {
+  if (rank_ != 0) return;
+  ctl_seg_ = common::Segment::create(cat(boot_->job_prefix(), "ctl"), sizeof(ControlLayout), boot_->nonce(),
+                                     [](void* m) { static_cast<ControlLayout*>(m)->mapped.value.store(1); });
+  ctl_seg_.set_unlink_on_destroy(true);
+  ctl_ = static_cast<ControlLayout*>(ctl_seg_.payload());
+  if (world_ == 1) ctl_seg_.unlink();
+}
+
+void Transport::setup_links() {
+  // 1. Paths: each rank states which peers it wants relayed; a pair relays when either side asks.
+  std::vector<std::string> bus_ids;
+  std::vector<Completion> prefs;
+  exchange_join_info(bus_ids, prefs);
+  std::vector<PathChoice> choices = choose_paths(opts_, rank_, bus_ids);
+  uint64_t mask = 0;
+  for (int p = 0; p < world_; ++p)
+    if (p != rank_ && choices[p].path == Path::Relay) mask |= uint64_t(1) << p;
   if (device_ >= 0 && opts_.log_level >= LogLevel::Info)
     common::log_line(LogLevel::Info, opts_.log_level, cat("topology:\n", topology::explain(opts_)));
-  L.slots[rank_].relay_mask = mask;
-  boot_->barrier(opts_.timeout);
+  std::vector<uint64_t> masks(world_);
+  boot_->allgather(&mask, sizeof mask, masks.data(), opts_.timeout);
 
   peers_.resize(world_);
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
     auto peer = std::make_unique<Peer>();
     peer->rank = p;
-    bool relay = ((mask >> p) & 1) || ((L.slots[p].relay_mask >> rank_) & 1);
+    bool relay = ((mask >> p) & 1) || ((masks[p] >> rank_) & 1);
     peer->path = relay ? Path::Relay : Path::Direct;
     common::log_line(LogLevel::Info, opts_.log_level,
-                     cat("rank ", rank_, " <-> ", p, ": ", to_string(peer->path), " (", reasons[p], ")"));
+                     cat("rank ", rank_, " <-> ", p, ": ", to_string(peer->path), " (", choices[p].reason, ")"));
     peers_[p] = std::move(peer);
   }
 
-  // 2. Create what this rank owns: the pair segment it receives on, the channel when it is the
-  //    lower rank, the relay ring it sends into.
+  // 2. Create what this rank owns: the control segment (rank 0), the pair segment it receives on,
+  //    the channel when it is the lower rank, the relay ring it sends into.
   const std::string& pre = boot_->job_prefix();
+  create_control_segment();
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
     Peer& P = *peers_[p];
     P.in_seg = common::Segment::create(cat(pre, "pair_", p, "_", rank_), PairView::bytes(), boot_->nonce(),
                                        [](void* m) { PairView::init(m); });
     P.in_seg.set_unlink_on_destroy(true);
-    P.in = PairView::attach(P.in_seg.payload());
+    P.env.in = PairView::attach(P.in_seg.payload());
     if (rank_ < p) {
       P.chan_seg = common::Segment::create(cat(pre, "ch_", rank_, "_", p), sizeof(ChannelLayout), boot_->nonce());
       P.chan_seg.set_unlink_on_destroy(true);
@@ -105,73 +137,89 @@ void Transport::setup_links() {
   }
   boot_->barrier(opts_.timeout);
 
-  // 3. Open the peers' segments.
+  // 3. Map the peers' segments. Each has exactly one other process mapping it (this one), so the
+  //    name goes right after mapping: a crash from here on leaves no name behind.
+  if (rank_ != 0) {
+    std::string cn = cat(pre, "ctl");
+    ctl_seg_ = common::Segment::open(cn);
+    if (!ctl_seg_.valid() || ctl_seg_.payload_bytes() != sizeof(ControlLayout)) missing_segment(cn, 0, "control");
+    ctl_ = static_cast<ControlLayout*>(ctl_seg_.payload());
+    if (ctl_->mapped.value.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint64_t>(world_))
+      ctl_seg_.unlink();
+  }
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
     Peer& P = *peers_[p];
     std::string name = cat(pre, "pair_", rank_, "_", p);
     P.out_seg = common::Segment::open(name);
-    if (!P.out_seg.valid() || P.out_seg.payload_bytes() != PairView::bytes())
-      throw Error(cat("rank ", rank_, ": pair segment ", name, " of rank ", p, " is missing or has the wrong size"));
-    P.out = PairView::attach(P.out_seg.payload());
+    if (!P.out_seg.valid() || P.out_seg.payload_bytes() != PairView::bytes()) missing_segment(name, p, "pair");
+    P.out_seg.unlink();
+    P.env.out = PairView::attach(P.out_seg.payload());
     if (P.path == Path::Relay) {
       std::string rn = cat(pre, "relay_", p, "_", rank_);
       P.relay_in_seg = common::Segment::open(rn);
-      if (!P.relay_in_seg.valid()) throw Error(cat("relay segment ", rn, " of rank ", p, " is missing"));
+      if (!P.relay_in_seg.valid()) missing_segment(rn, p, "relay");
+      P.relay_in_seg.unlink();
       auto* h = static_cast<RelayHeader*>(P.relay_in_seg.payload());
-      // Untrusted geometry: it must fit the segment we mapped.
-      if (h->slots == 0 || h->slots > 64 || h->chunk_bytes == 0 ||
-          RelayView::bytes(h->slots, h->chunk_bytes) > P.relay_in_seg.payload_bytes())
-        throw Error(cat("relay segment ", rn, " has invalid geometry: ", h->slots, " slots of ", h->chunk_bytes, " bytes"));
-      P.relay_in = RelayView{h, static_cast<char*>(P.relay_in_seg.payload()) + RelayView::data_offset(), h->slots,
-                             h->chunk_bytes};
-      backend_->pin(P.relay_in.data, h->slots * h->chunk_bytes);
+      uint64_t slots = h->slots, chunk = h->chunk_bytes;  // untrusted geometry: it must fit what we mapped
+      check_relay_geometry(slots, chunk, P.relay_in_seg.payload_bytes(), rn);
+      P.relay_in = RelayView{h, static_cast<char*>(P.relay_in_seg.payload()) + RelayView::data_offset(), slots, chunk};
+      backend_->pin(P.relay_in.data, slots * chunk);
     }
     P.send_queue = backend_->make_queue(std::max(1, opts_.stripe_streams));
     P.recv_queue = backend_->make_queue(1);
   }
-  decide_completion();
+  decide_completion(prefs);
+  for (int p = 0; p < world_; ++p)
+    if (p != rank_) build_links(*peers_[p]);
   boot_->barrier(opts_.timeout);
-  // 4. Everyone has mapped everything: remove the names now, so even a crash leaves nothing behind.
+  // 4. Everyone has mapped everything: the rendezvous name goes too (new jobs with this id start
+  //    clean); ours are gone already unless a peer could not remove them.
   boot_->unlink_name();
-  for (int p = 0; p < world_; ++p) {
-    if (p == rank_) continue;
-    Peer& P = *peers_[p];
-    P.in_seg.unlink();
-    P.chan_seg.unlink();
-    P.relay_out_seg.unlink();
-  }
+  for (auto& p : peers_)
+    if (p) p->in_seg.unlink(), p->relay_out_seg.unlink();
+}
+
+void Transport::missing_segment(const std::string& name, int owner, const char* what) {
+  if (!boot_->peer_alive(owner))
+    throw PeerLostError(cat("rank ", owner, boot_->peer_left(owner) ? " gave up" : " died", " during setup (its ", what,
+                            " segment ", name, " is gone)"));
+  throw Error(cat("rank ", rank_, ": ", what, " segment ", name, " of rank ", owner, " is missing or has the wrong size"));
 }
 
 // The done_seq channel handshake. The higher rank opens the lower rank's channel and sets
-// opener_ready; the lower rank waits a bounded time for it and publishes the pair's decision in the
-// rendezvous segment, which both sides read, so the two sides can never disagree.
-void Transport::decide_completion() {
-  auto& L = boot_->layout();
+// opener_ready; the lower rank waits a bounded time for it (ended at once by the peer's death) and
+// decides; the decisions reach every rank through one allgather, so the two sides of a pair can
+// never disagree.
+void Transport::decide_completion(const std::vector<Completion>& prefs) {
   const std::string& pre = boot_->job_prefix();
-  auto pref = [&](int r) { return static_cast<Completion>(L.slots[r].completion_pref); };
-  for (int p = 0; p < world_; ++p) {
-    if (p == rank_ || rank_ < p) continue;  // higher rank: open and announce readiness
+  for (int p = 0; p < rank_; ++p) {  // higher rank: open, announce readiness, remove the name
     Peer& P = *peers_[p];
-    bool wants_ring = pref(rank_) == Completion::Ring || pref(p) == Completion::Ring;
+    bool wants_ring = prefs[rank_] == Completion::Ring || prefs[p] == Completion::Ring;
     if (wants_ring || opts_.test_channel_never_ready) continue;
     P.chan_seg = common::Segment::open(cat(pre, "ch_", p, "_", rank_));
-    if (P.chan_seg.valid() && P.chan_seg.payload_bytes() == sizeof(ChannelLayout))
+    if (P.chan_seg.valid() && P.chan_seg.payload_bytes() == sizeof(ChannelLayout)) {
       static_cast<ChannelLayout*>(P.chan_seg.payload())->opener_ready.value.store(1, std::memory_order_release);
+      P.chan_seg.unlink();
+    }
   }
   // Lower rank decides for each higher peer.
+  std::vector<uint8_t> row(kMaxPeers, kDecisionPending);
   const auto deadline = Clock::now() + opts_.channel_ready_timeout;
   common::InterruptPoll interrupt(opts_.interrupt_check);
   for (int p = rank_ + 1; p < world_; ++p) {
     Peer& P = *peers_[p];
-    Completion a = pref(rank_), b = pref(p);
-    uint32_t decision;
+    Completion a = prefs[rank_], b = prefs[p];
+    uint8_t decision;
     if (a == Completion::Ring || b == Completion::Ring) {
       decision = (a == Completion::DoneSeq || b == Completion::DoneSeq) ? kDecisionFailed : kDecisionRing;
     } else {
       auto* ch = static_cast<ChannelLayout*>(P.chan_seg.payload());
-      while (ch->opener_ready.value.load(std::memory_order_acquire) == 0 && Clock::now() < deadline) {
+      for (int iter = 0; ch->opener_ready.value.load(std::memory_order_acquire) == 0 && Clock::now() < deadline; ++iter) {
         interrupt.poll();
+        if (iter % 128 == 127 && !boot_->peer_alive(p))  // every ~25 ms: a dead peer ends the wait now
+          throw PeerLostError(cat("rank ", p, boot_->peer_left(p) ? " gave up" : " died",
+                                  " during setup (while rank ", rank_, " waited for it to open the done_seq channel)"));
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
       bool ready = ch->opener_ready.value.load(std::memory_order_acquire) != 0;
@@ -180,39 +228,55 @@ void Transport::decide_completion() {
       if (!ready)
         common::log_line(LogLevel::Warn, opts_.log_level,
                          cat("rank ", rank_, " <-> ", p, ": done_seq channel not ready after ",
-                             opts_.channel_ready_timeout.count(), " ms; ", forced ? "done_seq was forced" : "both sides use the SHM ring with ACK"));
+                             opts_.channel_ready_timeout.count(), " ms; ",
+                             forced ? "done_seq was forced" : "both sides use the SHM ring with ACK"));
     }
-    L.pair_decision[rank_ * bootstrap::kMaxRanks + p].store(decision, std::memory_order_release);
+    P.chan_seg.unlink();  // decided: the opener has mapped it, or never will
+    row[p] = decision;
   }
-  // Everyone reads the decisions (bounded).
-  const auto read_deadline = Clock::now() + opts_.channel_ready_timeout + opts_.timeout;
+  std::vector<uint8_t> all(size_t(world_) * kMaxPeers);
+  boot_->allgather(row.data(), kMaxPeers, all.data(), opts_.timeout);
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
     int lo = std::min(p, rank_), hi = std::max(p, rank_);
-    auto& word = L.pair_decision[lo * bootstrap::kMaxRanks + hi];
-    uint32_t d;
-    while ((d = word.load(std::memory_order_acquire)) == kDecisionPending) {
-      if (Clock::now() > read_deadline)
-        throw TimeoutError(cat("rank ", rank_, ": rank ", lo, " never decided the completion path of pair (", lo, ", ", hi, ")"));
-      if (!boot_->peer_alive(lo)) throw PeerLostError(cat("rank ", lo, " died during setup"));
-      interrupt.poll();
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
+    uint8_t d = all[size_t(lo) * kMaxPeers + hi];
+    if (d != kDecisionDoneSeq && d != kDecisionRing && d != kDecisionFailed)
+      throw Error(cat("rank ", rank_, ": rank ", lo, " published no valid completion decision for pair (", lo, ", ", hi,
+                      "): ", int(d)));
     if (d == kDecisionFailed)
       throw Error(cat("pair (", lo, ", ", hi, "): PEERLINK_COMPLETION=done_seq was requested but the done_seq channel ",
                       "could not be set up (or the other side forces ring)"));
     Peer& P = *peers_[p];
     P.completion = d == kDecisionDoneSeq ? Completion::DoneSeq : Completion::Ring;
-    if (P.completion == Completion::DoneSeq) {
-      auto* ch = static_cast<ChannelLayout*>(P.chan_seg.payload());
-      P.done_out = rank_ < p ? &ch->done_lo_to_hi : &ch->done_hi_to_lo;
-      P.done_in = rank_ < p ? &ch->done_hi_to_lo : &ch->done_lo_to_hi;
-      if (!backend_->is_host() && P.path == Path::Direct) {
-        backend_->pin(P.chan_seg.payload(), 4096);  // the copy stream stores done_seq here
-        P.chan_pinned = true;
-      }
+    if (P.completion == Completion::DoneSeq && !backend_->is_host() && P.path == Path::Direct) {
+      backend_->pin(P.chan_seg.payload(), 4096);  // the copy stream stores done_seq here
+      P.chan_pinned = true;
     }
   }
+}
+
+// The one place where a pair's path and completion choose its links.
+void Transport::build_links(Peer& P) {
+  P.env.peer = P.rank;
+  P.env.opts = &opts_;
+  P.env.ipc = ipc_.get();
+  P.env.counters = &counters;
+  P.env.peer_recv_bell = &ctl_->recv_bell[P.rank];
+  P.env.peer_send_bell = &ctl_->send_bell[P.rank];
+  LinkResources res;
+  res.send_queue = P.send_queue.get();
+  res.recv_queue = P.recv_queue.get();
+  if (P.completion == Completion::DoneSeq) {
+    auto* ch = static_cast<ChannelLayout*>(P.chan_seg.payload());
+    res.done_out = rank_ < P.rank ? &ch->done_lo_to_hi : &ch->done_hi_to_lo;
+    res.done_in = rank_ < P.rank ? &ch->done_hi_to_lo : &ch->done_lo_to_hi;
+  }
+  res.chan_pinned = P.chan_pinned;
+  res.relay_out = P.relay_out;
+  res.relay_in = P.relay_in;
+  PairLinks l = make_links(P.path, P.completion, P.env, P.pubs, res);
+  P.send = std::move(l.send);
+  P.recv = std::move(l.recv);
 }
 
 void Transport::check_peer(int peer) {
@@ -248,17 +312,11 @@ void Transport::rethrow_worker_error() {
   if (worker_error_) std::rethrow_exception(worker_error_);
 }
 
-void Transport::wake_send_worker() { boot_->layout().send_bell[rank_].ring(); }
-void Transport::wake_recv_worker() { boot_->layout().recv_bell[rank_].ring(); }
-
 void Transport::shutdown() {
-  if (shut_) return;
-  shut_ = true;
+  if (shut_.exchange(true)) return;
   running_ = false;
-  if (boot_) {
-    wake_send_worker();
-    wake_recv_worker();
-  }
+  wake_send_worker();
+  wake_recv_worker();
   if (send_thread_.joinable()) send_thread_.join();
   if (recv_thread_.joinable()) recv_thread_.join();
   auto closed = std::make_exception_ptr(Error("communicator closed while the request was pending"));
@@ -276,9 +334,15 @@ void Transport::shutdown() {
     if (p->relay_in.data) backend_->unpin(p->relay_in.data);
   }
   if (boot_) boot_->leave();
+  if (ctl_)  // peers sleeping on their doorbells notice our departure now
+    for (int r = 0; r < world_; ++r) ctl_->recv_bell[r].ring(), ctl_->send_bell[r].ring();
   if (ipc_) ipc_->close_all();
   for (auto& p : peers_)
     if (p) {
+      std::lock_guard<std::mutex> gs(p->send_mu);
+      std::lock_guard<std::mutex> gr(p->recv_mu);
+      p->send.reset();  // links refer to the queues: they go first
+      p->recv.reset();
       p->send_queue.reset();
       p->recv_queue.reset();
     }

@@ -1,7 +1,6 @@
 // The transport: rendezvous, per-peer links, IPC manager and the adapter workers.
 #pragma once
 #include <atomic>
-#include <condition_variable>
 #include <memory>
 #include <string>
 #include <thread>
@@ -23,14 +22,17 @@ class Transport {
   gpu::Backend& backend() { return *backend_; }
   IpcManager& ipc() { return *ipc_; }
   Peer& peer(int r) { return *peers_[r]; }
-  int rank() const { return rank_; }
-  int world() const { return world_; }
-  const Options& opts() const { return opts_; }
 
   void notify(int peer, uint32_t buf_id, void* ptr, size_t len, uint64_t version);
   void wait_buffer(int peer, uint32_t buf_id, uint64_t min_version);
   Request isend(int peer, const void* src, size_t len, uint32_t buf_id, size_t offset, uint64_t version);
+  // isend + wait. When the wait fails (timeout, peer lost) the send is given up before this
+  // throws: no further byte of src is read, and the receiver's irecv fails (issue 12 #3).
+  void send_direct(int peer, const void* src, size_t len, uint32_t buf_id, uint64_t version, size_t offset);
   Request irecv(int peer, uint32_t buf_id, size_t offset, size_t len);
+  // Frees memory from alloc(): first revokes every publication inside the allocation (senders get
+  // InvalidArgument instead of writing; pending irecvs into it fail), then frees it (issue 12 #4).
+  void free_memory(void* p);
   // Throws PeerLostError when `peer` died or left (checked at most every 100 ms per peer).
   void check_peer(int peer);
   // Stops the workers, fails what is pending, leaves the rendezvous. Idempotent.
@@ -38,39 +40,53 @@ class Transport {
   // A fatal worker error, rethrown on the caller's next call.
   void rethrow_worker_error();
 
-  std::atomic<uint64_t> sends_done_seq{0}, sends_ring{0}, sends_relay{0};
+  LinkCounters counters;
+  std::atomic<uint64_t>& sends_done_seq = counters.sends_done_seq;
+  std::atomic<uint64_t>& sends_ring = counters.sends_ring;
+  std::atomic<uint64_t>& sends_relay = counters.sends_relay;
 
  private:
+  struct SendHandle {
+    Request req;
+    std::shared_ptr<SendOp> op;
+  };
+  SendHandle submit_send(int peer, const void* src, size_t len, uint32_t buf_id, size_t offset, uint64_t version);
   void setup_links();
-  void decide_completion();
+  void exchange_join_info(std::vector<std::string>& bus_ids, std::vector<Completion>& prefs);
+  void create_control_segment();
+  void decide_completion(const std::vector<Completion>& prefs);
+  void build_links(Peer& P);
+  // A segment `name` that rank `owner` should have created is missing or malformed: PeerLostError
+  // when the owner died or left, else Error.
+  [[noreturn]] void missing_segment(const std::string& name, int owner, const char* what);
   void send_worker_main();
   void recv_worker_main();
-  bool progress_sends(Peer& p);
-  bool progress_relay_send(Peer& p);
-  bool progress_recvs(Peer& p);
-  bool progress_relay_recv(Peer& p);
-  void drain_acks(Peer& p);
   void mark_lost(Peer& p, std::exception_ptr e);
   void fail_pending_sends(Peer& p, std::exception_ptr e);
   void fail_pending_recvs(Peer& p, std::exception_ptr e);
-  bool liveness_sweep(bool sends, int64_t& last_ns);
   Publication wait_publication(int peer, uint32_t buf_id, uint64_t min_version, const char* what);
   std::shared_ptr<RequestState> new_request(const char* kind, int peer, uint32_t buf_id, uint64_t offset,
                                             uint64_t len, uint64_t version, uint64_t seq);
-  void wake_send_worker();
-  void wake_recv_worker();
+  void wake_send_worker() {
+    if (ctl_) ctl_->send_bell[rank_].ring();
+  }
+  void wake_recv_worker() {
+    if (ctl_) ctl_->recv_bell[rank_].ring();
+  }
 
   int rank_, world_, device_;
   Options opts_;
   std::unique_ptr<bootstrap::Bootstrap> boot_;
   std::unique_ptr<gpu::Backend> backend_;
   std::unique_ptr<IpcManager> ipc_;
+  common::Segment ctl_seg_;  // the transport's control segment (layout.h ControlLayout)
+  ControlLayout* ctl_ = nullptr;
   std::vector<std::unique_ptr<Peer>> peers_;
   std::atomic<bool> running_{false};
   std::thread send_thread_, recv_thread_;
   std::mutex error_mu_;
   std::exception_ptr worker_error_;
-  bool shut_ = false;
+  std::atomic<bool> shut_{false};
 };
 
 }  // namespace peerlink::detail
