@@ -3,6 +3,9 @@ SAN ?=
 OPT ?= -O2 -g
 CXXFLAGS_BASE := -std=c++17 $(OPT) -fPIC -Wall -Wextra -Wno-unused-parameter -Iinclude -Isrc -Itests $(SAN)
 CXXFLAGS_ALL = $(CXXFLAGS_BASE) $(BACKEND_CXXFLAGS) $(EXTRA_CXXFLAGS)
+# Tools and benchmarks see the public headers only (issue 11.4): no -Isrc, and they link the .so,
+# which exports nothing else.
+CXXFLAGS_PUBLIC = $(filter-out -Isrc -Itests,$(CXXFLAGS_ALL))
 LDFLAGS_ALL = $(SAN) -pthread
 LIB := $(BUILD)/lib/libpeerlink.so
 # The same objects as a static archive, for what tests internals (unit tests, micro benchmarks):
@@ -13,7 +16,8 @@ LIB_RPATH := -Wl,-rpath,$(abspath $(BUILD)/lib)
 # In layer order (scripts/check_layers.sh): common/shm -> gpu -> config -> bootstrap -> topology ->
 # transport -> collectives.
 LIB_DIRS := src/common src/shm src/config src/bootstrap src/topology src/transport src/collectives
-LIB_SRCS := $(sort $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.cpp))) $(wildcard src/gpu/backend_*.cpp) $(GPU_RUNTIME_SRC)
+LIB_SRCS := $(sort $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.cpp))) \
+            $(filter-out src/gpu/runtime_%.cpp,$(wildcard src/gpu/*.cpp)) $(GPU_RUNTIME_SRC)
 LIB_OBJS := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(GPU_DEVICE_SRCS))
 
 TEST_SRCS := $(sort $(wildcard tests/unit/*.cpp tests/mp/*.cpp tests/topology/*.cpp tests/collectives/*.cpp))
@@ -54,10 +58,10 @@ $(TEST_BIN): $(TEST_OBJS) $(LIB_INTERNAL)
 	$(CXX) -o $@ $(TEST_OBJS) $(LIB_INTERNAL) $(LDFLAGS_ALL) $(BACKEND_LDLIBS) -ldl -lrt -lgtest -lgtest_main
 $(BUILD)/bin/%: tools/%.cpp $(LIB)
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS_ALL) -o $@ $< -L$(BUILD)/lib -lpeerlink $(LIB_RPATH) $(LDFLAGS_ALL) $(BACKEND_LDLIBS)
+	$(CXX) $(CXXFLAGS_PUBLIC) -o $@ $< -L$(BUILD)/lib -lpeerlink $(LIB_RPATH) $(LDFLAGS_ALL) $(BACKEND_LDLIBS)
 $(BUILD)/bin/%: benchmarks/%.cpp $(LIB)
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS_ALL) -o $@ $< -L$(BUILD)/lib -lpeerlink $(LIB_RPATH) $(LDFLAGS_ALL) $(BACKEND_LDLIBS) -ldl
+	$(CXX) $(CXXFLAGS_PUBLIC) -o $@ $< -L$(BUILD)/lib -lpeerlink $(LIB_RPATH) $(LDFLAGS_ALL) $(BACKEND_LDLIBS) -ldl
 # Micro benchmarks time internal structures (rings, registry, request state): the archive.
 $(BUILD)/bin/bench_micro: $(MICRO_SRCS) $(LIB_INTERNAL)
 	@mkdir -p $(dir $@)
