@@ -95,7 +95,9 @@ struct Options {
   // collectives throw Error (point-to-point calls still work); close the communicator. Not called by
   // Request::wait() (wait(timeout) in slices instead) nor by send_direct()'s wait for completion,
   // which must not return while the copy may still read `src`. The Python package sets it to
-  // check for signals, which makes Ctrl-C raise KeyboardInterrupt promptly.
+  // check for signals, which makes Ctrl-C raise KeyboardInterrupt promptly. The same polls also
+  // notice close() called on another thread: the wait then throws InvalidArgument ("closed")
+  // before this hook runs (Communicator::close).
   std::function<void()> interrupt_check;
 
   // Reads every PEERLINK_* variable; unset (or empty) variables keep the defaults above, then
