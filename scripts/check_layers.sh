@@ -181,15 +181,31 @@ self_test() {
   expect fail benchmark_includes_private "echo '#include \"transport/comm_impl.h\"' >> benchmarks/common/cli.h"
   expect fail python_includes_gpu "echo '#include \"gpu/runtime.h\"' > py/src/extras.cpp"
   expect pass micro_benchmark_may_include_internals "mkdir -p benchmarks/micro && echo '#include \"transport/registry.h\"' > benchmarks/micro/r.cpp"
+  # The export check, on two tiny libraries: the public names only, then one internal name more.
+  if command -v "${CXX:-g++}" > /dev/null; then
+    local pub='namespace peerlink { struct Error { virtual ~Error(); }; Error::~Error() {}
+      struct Options { static Options from_env(); }; Options Options::from_env() { return {}; }
+      struct Communicator { void barrier(); }; void Communicator::barrier() {} }'
+    echo "$pub" > "$tmp/pub.cpp"
+    printf '%s\nnamespace peerlink::detail { void leak() {} }\n' "$pub" > "$tmp/leak.cpp"
+    "${CXX:-g++}" -shared -fPIC -o "$tmp/libpub.so" "$tmp/pub.cpp"
+    "${CXX:-g++}" -shared -fPIC -o "$tmp/libleak.so" "$tmp/leak.cpp"
+    if check_exports "$tmp/libpub.so" > "$tmp/exp.out" 2>&1; then pass=$((pass + 1)); else
+      fail=$((fail + 1)); echo "self-test exports_clean: expected pass"; cat "$tmp/exp.out"; fi
+    if check_exports "$tmp/libleak.so" > "$tmp/exp.out" 2>&1; then
+      fail=$((fail + 1)); echo "self-test exports_leak: expected fail"; cat "$tmp/exp.out"; else pass=$((pass + 1)); fi
+  fi
   echo "check_layers self-test: $pass as expected, $fail not"
   [ "$fail" -eq 0 ]
 }
 
 check_exports() {  # check_exports LIB
-  local lib=$1 bad
+  local lib=$1 bad syms
   [ -f "$lib" ] || { echo "check_layers --exports: $lib does not exist"; return 1; }
   # Demangled names of the defined dynamic symbols; anything of an internal namespace is a leak.
-  bad=$(nm -D --defined-only "$lib" | awk '{print $3}' | c++filt |
+  # (Collected once: grep -q on a pipe would end it early, and pipefail would call that a miss.)
+  syms=$(nm -D --defined-only "$lib" | awk '{print $3}' | c++filt)
+  bad=$(echo "$syms" |
         grep -E 'peerlink::(detail|gpu|coll|common|bootstrap|config|shm|py_binding)::|peerlink::topology::(System|Level|Decision|LiveChecks|Probe|probe_|load_system|render_|p2p_level|decide_all\b|system_from|parse_level|path_name|cached_live)' || true)
   local count
   count=$(nm -D --defined-only "$lib" | grep -c ' [TDBRVW] ' || true)
@@ -200,7 +216,7 @@ check_exports() {  # check_exports LIB
   fi
   # The public API must be there (a map that exported nothing would pass the test above).
   for must in 'peerlink::Communicator::barrier()' 'peerlink::Options::from_env()' 'typeinfo for peerlink::Error'; do
-    nm -D --defined-only "$lib" | awk '{print $3}' | c++filt | grep -qF "$must" ||
+    grep -qF "$must" <<< "$syms" ||
       { echo "check_layers --exports: $lib lacks $must"; return 1; }
   done
   echo "check_layers --exports: $lib exports $count public symbols, no internal ones"
