@@ -3,6 +3,7 @@
 // that no getenv appears in src/ outside src/config/): a knob that is not a field of Options does
 // not exist, and a value is checked in one place whether it came from the environment or from code.
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <string>
 
