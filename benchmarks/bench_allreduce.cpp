@@ -3,6 +3,10 @@
 // time (us per op, max over ranks; on GPUs measured with events around the timed loop), algbw = bytes / time, busbw = algbw * 2(n-1)/n, #wrong (elements
 // that differ from the exact reduction, summed over ranks, checked before and after the timed loop).
 //   bench_allreduce -b 8 -e 1G -f 2 -n 20 -w 5 -d bfloat16 -o sum --impl both [-G 1]
+// Algorithm sweep (what tests/collectives/sweep used to be): --algo oneshot,twoshot,bandwidth,auto
+// runs the size sweep once per algorithm, each on a communicator whose Options::allreduce_algo
+// forces it (NCCL, when requested, runs in the first pass only). Tuning knobs come from the
+// environment as for every communicator (PEERLINK_ALLREDUCE_BLOCKS=64 bench_allreduce ...).
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -15,8 +19,8 @@
 #include "common/cli.h"
 #include "common/launch.h"
 #include "common/nccl_dl.h"
+#include "peerlink/device.h"
 #include "peerlink/peerlink.h"
-#include "transport/comm_impl.h"
 #if __has_include("peerlink/collectives.h")
 #include "peerlink/collectives.h"
 #define BENCH_HAVE_PEERLINK_ALLREDUCE 1
@@ -44,12 +48,16 @@ struct Config {
   std::string json;
   int time_limit_s = 900;
   bool inject_error = false;  // test hook: rank 0 corrupts one result element before the check
+  std::vector<std::string> algos{"auto"};  // --algo: one pass per peerlink algorithm
 };
 
 const char* kUsage =
     "usage: bench_allreduce [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-G 0|1]\n"
     "  [-d float|half|bfloat16|double|int32|int64] [-o sum|prod|max|min] [-g NRANKS]\n"
-    "  [--impl peerlink|nccl|both] [--gpus D0,D1,..] [--json FILE] [--time-limit S] [--inject-error]\n";
+    "  [--impl peerlink|nccl|both] [--algo auto|oneshot|twoshot|bandwidth[,..]] [--gpus D0,D1,..]\n"
+    "  [--json FILE] [--time-limit S] [--inject-error]\n"
+    "  --algo LIST: one size sweep per peerlink algorithm (forced through Options::allreduce_algo);\n"
+    "               with --json and several algorithms, FILE gets the algorithm inserted: x.oneshot.json\n";
 
 Config parse(int argc, char** argv) {
   Config c;
@@ -74,6 +82,23 @@ Config parse(int argc, char** argv) {
       c.want_nccl = v != "peerlink";
     } else if (a.flag("--gpus")) c.gpus = bench::parse_int_list("--gpus", a.value());
     else if (a.flag("--json")) c.json = a.value();
+    else if (a.flag("--algo")) {
+      c.algos.clear();
+      std::string v = a.value();
+      for (size_t p = 0; p <= v.size();) {
+        size_t q = v.find(',', p);
+        if (q == std::string::npos) q = v.size();
+        std::string name = v.substr(p, q - p);
+        try {
+          peerlink::parse_allreduce_algo(name);
+        } catch (const peerlink::InvalidArgument& e) {
+          throw bench::UsageError("--algo: " + std::string(e.what()));
+        }
+        if (!name.empty()) c.algos.push_back(name);
+        p = q + 1;
+      }
+      if (c.algos.empty()) throw bench::UsageError("--algo: empty list");
+    }
     else if (a.flag("--time-limit")) c.time_limit_s = static_cast<int>(bench::parse_int("--time-limit", a.value(), 1, 86400));
     else if (a.flag("--inject-error")) c.inject_error = true;
     else if (a.flag("-h", "--help")) {
@@ -113,16 +138,15 @@ int to_nccl(bench::Op o) {
 class RankRunner {
  public:
   RankRunner(const Config& c, peerlink::Communicator& comm, void* stream)
-      : c_(c), comm_(comm), stream_(stream), be_(comm.impl().backend()),
-        pattern_(c.dt, c.op, comm.world_size()) {
+      : c_(c), comm_(comm), stream_(stream), pattern_(c.dt, c.op, comm.world_size()) {
     if (stream_) {
-      ev0_ = peerlink::gpu::event_create_timed();
-      ev1_ = peerlink::gpu::event_create_timed();
+      ev0_ = peerlink::device::timing_event_create();
+      ev1_ = peerlink::device::timing_event_create();
     }
   }
   ~RankRunner() {
-    peerlink::gpu::event_destroy(ev0_);
-    peerlink::gpu::event_destroy(ev1_);
+    if (ev0_) peerlink::device::event_destroy(ev0_);
+    if (ev1_) peerlink::device::event_destroy(ev1_);
   }
   RankRunner(const RankRunner&) = delete;
   RankRunner& operator=(const RankRunner&) = delete;
@@ -139,44 +163,44 @@ class RankRunner {
         in_seed_ = seed;
         in_count_ = count;
       }
-      be_.copy_sync(send, input_.data(), bytes);
+      peerlink::device::copy_sync(send, input_.data(), bytes);
       host_.assign(bytes, 0xA5);  // the receive buffer starts as garbage: no earlier result passes
-      be_.copy_sync(recv, host_.data(), bytes);
+      peerlink::device::copy_sync(recv, host_.data(), bytes);
       impl.run(send, recv, count, stream_);
       sync(impl);
       if (c_.inject_error && me == 0) {
         std::fill(host_.begin(), host_.begin() + bench::dt_size(c_.dt), 0x00);
-        be_.copy_sync(recv, host_.data(), bench::dt_size(c_.dt));
+        peerlink::device::copy_sync(recv, host_.data(), bench::dt_size(c_.dt));
       }
       if (c_.check) row.wrong += check(recv, count, seed);
       for (int i = 0; i < c_.warmup; ++i) impl.run(send, recv, count, stream_);
       sync(impl);
-      peerlink::gpu::GraphExec graph = nullptr;
+      peerlink::device::Graph graph = nullptr;
       if (c_.graph) {
-        peerlink::gpu::stream_begin_capture(stream_);
+        peerlink::device::begin_capture(stream_);
         try {
           for (int i = 0; i < c_.iters; ++i) impl.run(send, recv, count, stream_);
         } catch (...) {
-          try { peerlink::gpu::stream_end_capture(stream_); } catch (...) {}
+          try { peerlink::device::end_capture(stream_); } catch (...) {}
           throw;
         }
-        graph = peerlink::gpu::stream_end_capture(stream_);
-        peerlink::gpu::graph_launch(graph, stream_);  // uploads the graph, untimed
+        graph = peerlink::device::end_capture(stream_);
+        peerlink::device::graph_launch(graph, stream_);  // uploads the graph, untimed
         sync(impl);
       }
       comm_.barrier();
       auto t0 = Clock::now();
-      if (ev0_) peerlink::gpu::event_record(ev0_, stream_);
-      if (graph) peerlink::gpu::graph_launch(graph, stream_);
+      if (ev0_) peerlink::device::event_record(ev0_, stream_);
+      if (graph) peerlink::device::graph_launch(graph, stream_);
       else for (int i = 0; i < c_.iters; ++i) impl.run(send, recv, count, stream_);
-      if (ev1_) peerlink::gpu::event_record(ev1_, stream_);
+      if (ev1_) peerlink::device::event_record(ev1_, stream_);
       sync(impl);
       // GPUs: the time between two events around the loop on the stream (the issue's "timed
       // back-to-back on one stream with events"); the host backend: wall time.
-      double us = ev0_ ? 1e3 * peerlink::gpu::event_elapsed_ms(ev0_, ev1_)
+      double us = ev0_ ? 1e3 * peerlink::device::elapsed_ms(ev0_, ev1_)
                        : std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
       row.time_us = us / c_.iters;
-      if (graph) peerlink::gpu::graph_destroy(graph);
+      if (graph) peerlink::device::graph_destroy(graph);
       if (c_.check) row.wrong += check(recv, count, seed);  // the timed ops rewrote the same result
       row.ok = true;
     } catch (const std::exception& e) {
@@ -187,25 +211,24 @@ class RankRunner {
 
  private:
   void sync(const Impl& impl) {
-    if (stream_) peerlink::gpu::stream_sync(stream_);
+    if (stream_) peerlink::device::stream_sync(stream_);
     if (impl.after_sync) impl.after_sync();
   }
   uint64_t check(void* recv, size_t count, uint64_t seed) {
     const size_t bytes = count * bench::dt_size(c_.dt);
     host_.resize(bytes);
-    be_.copy_sync(host_.data(), recv, bytes);
+    peerlink::device::copy_sync(host_.data(), recv, bytes);
     return pattern_.count_wrong(seed, count, host_.data());
   }
 
   const Config& c_;
   peerlink::Communicator& comm_;
   void* stream_;
-  peerlink::gpu::Backend& be_;
   bench::AllreducePattern pattern_;
   std::vector<unsigned char> host_, input_;
   uint64_t in_seed_ = 0;
   size_t in_count_ = 0;
-  peerlink::gpu::Event ev0_ = nullptr, ev1_ = nullptr;  // timing events (GPU ranks)
+  peerlink::device::Event ev0_ = nullptr, ev1_ = nullptr;  // timing events (GPU ranks)
 };
 
 // NCCL joins only when every rank can: the library loads, every rank has its own GPU. Rank 0's
@@ -226,7 +249,7 @@ void setup_nccl(peerlink::Communicator& comm, const std::vector<int>& devs, Impl
   struct Wire { int32_t ok; bench::nccl::UniqueId id; } mine{}, all[64];
   mine.ok = why.empty() ? 1 : 0;
   if (mine.ok && me == 0) lib->check(lib->get_unique_id(&mine.id), "ncclGetUniqueId");
-  comm.impl().allgather(&mine, sizeof mine, all);
+  comm.allgather_bytes(&mine, sizeof mine, all);
   for (int r = 0; r < n; ++r)
     if (!all[r].ok && why.empty()) why = "NCCL unavailable on rank " + std::to_string(r);
   if (!why.empty()) {
@@ -243,20 +266,13 @@ void setup_nccl(peerlink::Communicator& comm, const std::vector<int>& devs, Impl
   if (me == 0) std::printf("# nccl version %d (NCCL_NVLS_ENABLE=%s)\n", l->version(), std::getenv("NCCL_NVLS_ENABLE"));
 }
 
-int run_rank(const Config& c_in, const std::string& uid, int rank, const std::vector<int>& devs) {
+// One pass: the size sweep with peerlink's algorithm `algo` (and NCCL when with_nccl).
+int run_pass(const Config& c, const std::string& uid, int rank, const std::vector<int>& devs, void* stream,
+             const std::string& algo, bool with_nccl) {
   const int n = static_cast<int>(devs.size());
-  const int dev = devs[rank];
-  if (dev < 0 && c_in.graph) {
-    if (rank == 0) std::printf("# -G ignored: graph capture needs GPUs (host backend)\n");
-  }
-  Config c = c_in;
-  if (dev < 0) c.graph = 0;
-  peerlink::Communicator comm(uid, rank, n, dev);
-  void* stream = nullptr;
-  if (dev >= 0) {
-    peerlink::gpu::set_device(dev);
-    stream = peerlink::gpu::stream_create();
-  }
+  peerlink::Options opts = peerlink::Options::from_env();
+  if (algo != "auto") opts.allreduce_algo = algo;
+  peerlink::Communicator comm(uid, rank, n, devs[rank], opts);
   Impl pl, nc;
   pl.name = "peerlink";
   nc.name = "nccl";
@@ -272,8 +288,8 @@ int run_rank(const Config& c_in, const std::string& uid, int rank, const std::ve
 #endif
   bench::nccl::Comm ncomm = nullptr;
   std::unique_ptr<bench::nccl::Library> lib;
-  if (c.want_nccl) setup_nccl(comm, devs, nc, lib, ncomm, c);
-  else nc.why = "not requested";
+  if (c.want_nccl && with_nccl) setup_nccl(comm, devs, nc, lib, ncomm, c);
+  else nc.why = c.want_nccl ? "first --algo pass only" : "not requested";
 
   auto sizes = bench::size_sweep(c.min_bytes, c.max_bytes, c.factor);
   const size_t es = bench::dt_size(c.dt);
@@ -282,7 +298,15 @@ int run_rank(const Config& c_in, const std::string& uid, int rank, const std::ve
   void* recv = max_bytes ? comm.alloc(max_bytes) : nullptr;
   RankRunner runner(c, comm, stream);
   const Impl* impls[2] = {&pl, &nc};
-  bench::ArMeta meta{bench::dt_name(c.dt), bench::op_name(c.op), c.json, c.iters, c.warmup, c.graph != 0, c.check != 0};
+  std::string json = c.json;
+  if (!json.empty() && c.algos.size() > 1) {
+    size_t dot = json.rfind('.');
+    json = dot == std::string::npos || json.find('/', dot) != std::string::npos
+               ? json + "." + algo
+               : json.substr(0, dot) + "." + algo + json.substr(dot);
+  }
+  bench::ArMeta meta{bench::dt_name(c.dt), bench::op_name(c.op), json, algo, c.iters, c.warmup, c.graph != 0,
+                     c.check != 0};
   bench::ArReporter rep(comm, meta, impls);
   for (size_t bytes : sizes) {
     size_t count = bytes / es;
@@ -297,8 +321,33 @@ int run_rank(const Config& c_in, const std::string& uid, int rank, const std::ve
   if (send) comm.free(send);
   if (recv) comm.free(recv);
   if (ncomm) lib->comm_destroy(ncomm);
-  if (stream) peerlink::gpu::stream_destroy(stream);
   return rep.finish();
+}
+
+int run_rank(const Config& c_in, const std::string& uid, int rank, const std::vector<int>& devs) {
+  const int dev = devs[rank];
+  if (dev < 0 && c_in.graph) {
+    if (rank == 0) std::printf("# -G ignored: graph capture needs GPUs (host backend)\n");
+  }
+  Config c = c_in;
+  if (dev < 0) c.graph = 0;
+  void* stream = nullptr;
+  if (dev >= 0) {
+    peerlink::device::set_current(dev);
+    stream = peerlink::device::stream_create();
+  }
+  int rc = 0;
+  try {
+    for (size_t i = 0; i < c.algos.size(); ++i) {
+      int r = run_pass(c, uid + "." + c.algos[i], rank, devs, stream, c.algos[i], i == 0);
+      if (rc == 0) rc = r;
+    }
+  } catch (...) {
+    if (stream) peerlink::device::stream_destroy(stream);
+    throw;
+  }
+  if (stream) peerlink::device::stream_destroy(stream);
+  return rc;
 }
 
 std::vector<int> placement(const Config& c) {

@@ -121,7 +121,7 @@ int run_rank(const Config& c, const std::string& uid, int rank, int device) {
       {"completion", completion},
       {"completion_requested", c.completion},
       {"device_rank0", std::to_string(device)},
-      {"runtime", peerlink::gpu::runtime_name()},
+      {"runtime", peerlink::device::runtime_name()},
       {"iters", std::to_string(c.engine.iters)},
       {"warmup", std::to_string(c.engine.warmup)},
       {"window", std::to_string(c.engine.mode == bench::Mode::Latency ? 1 : c.engine.window)},
@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
     if (c.id.launched()) {
       std::vector<int> devs = c.gpus;
       if (devs.empty()) {
-        int n = peerlink::gpu::device_count();
+        int n = peerlink::device::count();
         devs = n > 0 ? std::vector<int>{0 % n, 1 % n} : default_devices(0);
       }
       if (static_cast<int>(devs.size()) <= c.id.rank) throw bench::UsageError("--gpus names no device for this rank");

@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
   Cell* cells = bench::shared_anonymous<Cell>(per_path * c.paths.size());
   int failures = 0;
   std::printf("# p2p_matrix devices=%zu (%s) bandwidth message=%zu B window=%d iters=%d latency message=%zu B iters=%d\n",
-              n, host ? "host backend" : peerlink::gpu::runtime_name(), bw, c.window, c.iters, c.lat_bytes, c.lat_iters);
+              n, host ? "host backend" : peerlink::device::runtime_name(), bw, c.window, c.iters, c.lat_bytes, c.lat_iters);
   for (size_t p = 0; p < c.paths.size(); ++p)
     for (size_t a = 0; a < n; ++a)
       for (size_t b = 0; b < n; ++b) {

@@ -3,12 +3,21 @@ SAN ?=
 OPT ?= -O2 -g
 CXXFLAGS_BASE := -std=c++17 $(OPT) -fPIC -Wall -Wextra -Wno-unused-parameter -Iinclude -Isrc -Itests $(SAN)
 CXXFLAGS_ALL = $(CXXFLAGS_BASE) $(BACKEND_CXXFLAGS) $(EXTRA_CXXFLAGS)
+# Tools and benchmarks see the public headers only (issue 11.4): no -Isrc, and they link the .so,
+# which exports nothing else.
+CXXFLAGS_PUBLIC = $(filter-out -Isrc -Itests,$(CXXFLAGS_ALL))
 LDFLAGS_ALL = $(SAN) -pthread
 LIB := $(BUILD)/lib/libpeerlink.so
+# The same objects as a static archive, for what tests internals (unit tests, micro benchmarks):
+# libpeerlink.so exports the public API only (mk/libpeerlink.map, checked by test-exports).
+LIB_INTERNAL := $(BUILD)/lib/libpeerlink_internal.a
 LIB_RPATH := -Wl,-rpath,$(abspath $(BUILD)/lib)
 
-LIB_DIRS := src/common src/shm src/bootstrap src/topology src/transport src/collectives
-LIB_SRCS := $(sort $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.cpp))) $(wildcard src/gpu/backend_*.cpp) $(GPU_RUNTIME_SRC)
+# In layer order (scripts/check_layers.sh): common/shm -> gpu -> config -> bootstrap -> topology ->
+# transport -> collectives.
+LIB_DIRS := src/common src/shm src/config src/bootstrap src/topology src/transport src/collectives
+LIB_SRCS := $(sort $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.cpp))) \
+            $(filter-out src/gpu/runtime_%.cpp,$(wildcard src/gpu/*.cpp)) $(GPU_RUNTIME_SRC)
 LIB_OBJS := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(GPU_DEVICE_SRCS))
 
 TEST_SRCS := $(sort $(wildcard tests/unit/*.cpp tests/mp/*.cpp tests/topology/*.cpp tests/collectives/*.cpp))
@@ -18,7 +27,8 @@ TOOL_BINS := $(patsubst tools/%.cpp,$(BUILD)/bin/%,$(wildcard tools/*.cpp))
 BENCH_BINS := $(patsubst benchmarks/%.cpp,$(BUILD)/bin/%,$(wildcard benchmarks/*.cpp))
 MICRO_SRCS := $(wildcard benchmarks/micro/*.cpp)
 
-.PHONY: all lib tests tools benchmarks run test deps test-cpp test-sanitizers test-asan test-tsan clean
+.PHONY: all lib tests tools benchmarks run test deps test-cpp test-sanitizers test-asan test-tsan clean \
+        test-layers test-exports
 all: lib tools benchmarks
 lib: $(LIB)
 tests: $(TEST_BIN)
@@ -38,18 +48,24 @@ $(BUILD)/obj/%.cu.o: %.cu
 $(LIB): $(LIB_OBJS) mk/libpeerlink.map
 	@mkdir -p $(dir $@)
 	$(CXX) -shared -o $@ $(LIB_OBJS) $(LDFLAGS_ALL) -Wl,--version-script=mk/libpeerlink.map $(BACKEND_LDLIBS) -ldl -lrt
-$(TEST_BIN): $(TEST_OBJS) $(LIB)
+$(LIB_INTERNAL): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
-	$(CXX) -o $@ $(TEST_OBJS) -L$(BUILD)/lib -lpeerlink $(LIB_RPATH) $(LDFLAGS_ALL) $(BACKEND_LDLIBS) -lgtest -lgtest_main
+	rm -f $@
+	$(AR) rcs $@ $(LIB_OBJS)
+# Tests reach internals (transport/, collectives/, ...): they link the archive, not the .so.
+$(TEST_BIN): $(TEST_OBJS) $(LIB_INTERNAL)
+	@mkdir -p $(dir $@)
+	$(CXX) -o $@ $(TEST_OBJS) $(LIB_INTERNAL) $(LDFLAGS_ALL) $(BACKEND_LDLIBS) -ldl -lrt -lgtest -lgtest_main
 $(BUILD)/bin/%: tools/%.cpp $(LIB)
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS_ALL) -o $@ $< -L$(BUILD)/lib -lpeerlink $(LIB_RPATH) $(LDFLAGS_ALL) $(BACKEND_LDLIBS)
+	$(CXX) $(CXXFLAGS_PUBLIC) -o $@ $< -L$(BUILD)/lib -lpeerlink $(LIB_RPATH) $(LDFLAGS_ALL) $(BACKEND_LDLIBS)
 $(BUILD)/bin/%: benchmarks/%.cpp $(LIB)
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS_ALL) -o $@ $< -L$(BUILD)/lib -lpeerlink $(LIB_RPATH) $(LDFLAGS_ALL) $(BACKEND_LDLIBS) -ldl
-$(BUILD)/bin/bench_micro: $(MICRO_SRCS) $(LIB)
+	$(CXX) $(CXXFLAGS_PUBLIC) -o $@ $< -L$(BUILD)/lib -lpeerlink $(LIB_RPATH) $(LDFLAGS_ALL) $(BACKEND_LDLIBS) -ldl
+# Micro benchmarks time internal structures (rings, registry, request state): the archive.
+$(BUILD)/bin/bench_micro: $(MICRO_SRCS) $(LIB_INTERNAL)
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS_ALL) -o $@ $(MICRO_SRCS) -L$(BUILD)/lib -lpeerlink $(LIB_RPATH) $(LDFLAGS_ALL) $(BACKEND_LDLIBS) -lbenchmark
+	$(CXX) $(CXXFLAGS_ALL) -o $@ $(MICRO_SRCS) $(LIB_INTERNAL) $(LDFLAGS_ALL) $(BACKEND_LDLIBS) -ldl -lrt -lbenchmark
 
 deps:
 	@bash scripts/install_deps.sh
@@ -60,11 +76,23 @@ run: deps all
 
 # Everything CI runs. Each step leaves /dev/shm without peerlink segments (checked).
 test: deps
+	$(MAKE) test-layers
+	$(MAKE) test-exports
 	$(MAKE) test-cpp
 	$(MAKE) test-sanitizers
 	$(MAKE) $(EXTRA_TESTS)
 	@bash scripts/check_shm_clean.sh
 	@echo "make test: all steps passed"
+
+# Layering and getenv rule (issue 11.2); the script's self-test proves it can fail.
+test-layers:
+	bash scripts/check_layers.sh --self-test
+	bash scripts/check_layers.sh
+
+# libpeerlink.so exports the public API only (issue 11.4): no internal namespace in its dynamic
+# symbol table.
+test-exports: lib
+	bash scripts/check_layers.sh --exports $(LIB)
 
 GTEST_FILTER ?= *
 test-cpp: tests tools benchmarks

@@ -25,7 +25,8 @@ from setuptools.command.sdist import sdist
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 VENDOR = HERE / "_vendor"
-LIB_DIRS = ["src/common", "src/shm", "src/bootstrap", "src/topology", "src/transport", "src/collectives"]
+# In layer order (scripts/check_layers.sh); the fallback compiles them all into the extension.
+LIB_DIRS = ["src/common", "src/shm", "src/config", "src/bootstrap", "src/topology", "src/transport", "src/collectives"]
 
 
 def repo_available():
@@ -70,7 +71,7 @@ def host_only_sources(base):
     srcs = []
     for d in LIB_DIRS:
         srcs += sorted(str(p) for p in (base / d).glob("*.cpp"))
-    srcs += sorted(str(p) for p in (base / "src" / "gpu").glob("backend_*.cpp"))
+    srcs += sorted(str(p) for p in (base / "src" / "gpu").glob("*.cpp") if not p.name.startswith("runtime_"))
     srcs.append(str(base / "src" / "gpu" / "runtime_none.cpp"))
     # A host-only build has no device kernels: keep only the host stand-ins of *_none.cpp pairs.
     return [s for s in srcs if not s.endswith(".cu")]
@@ -98,7 +99,9 @@ class BuildExt(build_ext):
         lib = build / "lib" / "libpeerlink.so"
         for d in pkg_dir:
             shutil.copy2(lib, d / "libpeerlink.so")
-        ext.include_dirs += [str(ROOT / "include"), str(ROOT / "src")]
+        # Public headers only: the binding uses the library's public API (libpeerlink.so exports
+        # nothing else, mk/libpeerlink.map).
+        ext.include_dirs += [str(ROOT / "include")]
         ext.library_dirs.append(str(build / "lib"))
         ext.libraries.append("peerlink")
         ext.extra_link_args += ["-Wl,-rpath,$ORIGIN"]

@@ -67,16 +67,14 @@ if has quick; then  # a short latency / bandwidth probe of the transport (stripi
   PEERLINK_STRIPE_STREAMS=2 run_step bw_stripe2 90 $B --mode bandwidth --transport direct -b 64M -e 1G -f 4 -n 20 -w 3
   PEERLINK_STRIPE_STREAMS=4 run_step bw_stripe4 90 $B --mode bandwidth --transport direct -b 64M -e 1G -f 4 -n 20 -w 3
 fi
-if has arvariants; then  # allreduce tuning knobs, one sweep (tests/collectives/sweep) per setting
-  CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")}
-  run_step sweep_build 60 g++ -std=c++17 -O2 -DPEERLINK_CUDA -Iinclude -Isrc -I"$CUDA_HOME/include" \
-    tests/collectives/sweep/allreduce_sweep.cpp -o $BUILD/bin/allreduce_sweep -L$BUILD/lib -lpeerlink \
-    -Wl,-rpath,$PWD/$BUILD/lib -L"$CUDA_HOME/lib64" -lcudart -Wl,-rpath,"$CUDA_HOME/lib64"
+if has arvariants; then  # allreduce tuning knobs, one bench_allreduce --algo sweep per setting
+  run_step sweep_build 120 make BACKEND=cuda BUILD=$BUILD -j16 $BUILD/bin/bench_allreduce
   i=0
   for v in ${AR_VARIANTS:-"PEERLINK_ALLREDUCE_PDL=1"}; do  # "VAR=val,VAR=val ALGO:LO:HI" words
     i=$((i + 1))
     IFS=: read -r kvs algo lo hi <<< "$v"
-    run_step "arv$i" 60 env ${kvs//,/ } $BUILD/bin/allreduce_sweep "${algo:-auto}" "${lo:-8}" "${hi:-8388608}"
+    run_step "arv$i" 60 env ${kvs//,/ } $BUILD/bin/bench_allreduce --impl peerlink -g 2 -d bfloat16 -o sum -G 1 \
+      -n 40 -w 5 --algo "${algo:-auto}" -b "${lo:-8}" -e "${hi:-8388608}"
     sed -i "1i # variant: $v" "$R/arv$i.log"
   done
 fi

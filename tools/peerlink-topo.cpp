@@ -8,12 +8,9 @@
 
 #include "peerlink/errors.h"
 #include "peerlink/options.h"
-#include "topology/policy.h"
-#include "topology/probe.h"
-#include "topology/report.h"
+#include "peerlink/topology.h"
 
 using namespace peerlink;
-using namespace peerlink::topology;
 
 namespace {
 
@@ -69,31 +66,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    Options opts = Options::from_env();
-    opts.log_level = LogLevel::None;  // warnings are part of the output below
-    System sys;
-    bool on_this_machine = false;
-    if (!xml.empty()) {
-      sys = system_from_nccl_xml_file(xml);
-    } else if (!root.empty()) {
-      ProbeOptions po;
-      po.root = root;
-      sys = probe_sysfs(po);
-      on_this_machine = sys.live;
-    } else {
-      sys = load_system(opts);
-      on_this_machine = opts.topo_file.empty();
-    }
-    const Level level = p2p_level(opts, sys);
-    LiveChecks live;
-    if (live_check && on_this_machine) live = cached_live_checks(sys);
-    const std::vector<Decision> pairs = decide_all(opts, sys, live.can_access_peer ? &live : nullptr);
-    if (json) {
-      std::fputs(render_json(sys, level, pairs).c_str(), stdout);
-      for (const std::string& w : sys.warnings) std::fprintf(stderr, "peerlink-topo: warning: %s\n", w.c_str());
-    } else {
-      std::fputs(render_text(sys, level, pairs).c_str(), stdout);
-    }
+    topology::ReportRequest req;
+    req.json = json;
+    req.xml = xml;
+    req.sysfs_root = root;
+    req.live_check = live_check;
+    const topology::Report rep = topology::cli_report(Options::from_env(), req);
+    std::fputs(rep.output.c_str(), stdout);
+    if (json)  // the text matrix prints its warnings itself
+      for (const std::string& w : rep.warnings) std::fprintf(stderr, "peerlink-topo: warning: %s\n", w.c_str());
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "peerlink-topo: %s\n", e.what());

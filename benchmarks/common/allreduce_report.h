@@ -12,7 +12,6 @@
 
 #include "report.h"
 #include "peerlink/communicator.h"
-#include "transport/comm_impl.h"
 
 namespace bench {
 
@@ -34,6 +33,7 @@ struct ArRow {
 
 struct ArMeta {
   std::string dtype, op, json;
+  std::string algo = "auto";  // peerlink's algorithm (--algo), "auto" = chosen by size
   int iters = 0, warmup = 0;
   bool graph = false;
   bool check = true;  // false (-c 0): results were not verified, #wrong prints N/A
@@ -45,8 +45,9 @@ class ArReporter {
       : comm_(comm), meta_(std::move(meta)), impls_{impls[0], impls[1]} {
     n_ = comm.world_size();
     if (comm.rank() != 0) return;
-    std::printf("# bench_allreduce nranks=%d type=%s redop=%s iters=%d warmup=%d graph=%d\n", n_,
-                meta_.dtype.c_str(), meta_.op.c_str(), meta_.iters, meta_.warmup, meta_.graph ? 1 : 0);
+    std::printf("# bench_allreduce nranks=%d type=%s redop=%s iters=%d warmup=%d graph=%d algo=%s\n", n_,
+                meta_.dtype.c_str(), meta_.op.c_str(), meta_.iters, meta_.warmup, meta_.graph ? 1 : 0,
+                meta_.algo.c_str());
     for (const ArImpl* i : impls_)
       std::printf("# %-8s : %s\n", i->name, i->available ? "available" : ("unavailable (" + i->why + ")").c_str());
     std::printf("#%11s %12s %8s %6s", "", "", "", "");
@@ -63,7 +64,7 @@ class ArReporter {
   void add(size_t bytes, size_t count, const ArRow rows[2]) {
     struct Wire { double time_us; uint64_t wrong; int32_t ok, pad; } mine[2], all[2 * 64];
     for (int k = 0; k < 2; ++k) mine[k] = {rows[k].time_us, rows[k].wrong, rows[k].ok ? 1 : 0, 0};
-    comm_.impl().allgather(mine, sizeof mine, all);
+    comm_.allgather_bytes(mine, sizeof mine, all);
     for (int k = 0; k < 2; ++k)
       if (impls_[k]->available && !rows[k].ok)
         std::fprintf(stderr, "rank %d: %s allreduce of %zu bytes failed: %s\n", comm_.rank(), impls_[k]->name,
@@ -135,7 +136,8 @@ class ArReporter {
     if (!o) throw std::runtime_error("cannot write JSON file '" + meta_.json + "'");
     o << "{\n  \"benchmark\": \"bench_allreduce\",\n  \"meta\": {\"nranks\": \"" << n_ << "\", \"dtype\": \""
       << meta_.dtype << "\", \"op\": \"" << meta_.op << "\", \"graph\": \"" << (meta_.graph ? 1 : 0)
-      << "\", \"iters\": \"" << meta_.iters << "\"},\n  \"results\": [\n";
+      << "\", \"iters\": \"" << meta_.iters << "\", \"algo\": \"" << meta_.algo
+      << "\"},\n  \"results\": [\n";
     for (size_t i = 0; i < rows_.size(); ++i) {
       const Agg& a = rows_[i];
       char buf[320];

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "gpu/runtime.h"
+#include "peerlink/device.h"
 #include "peerlink/errors.h"
 
 namespace bench {
@@ -63,12 +63,12 @@ inline int wait_child(pid_t pid, std::chrono::steady_clock::time_point deadline)
 
 // GPU count, asked in a child so this process stays free of a GPU context (safe to fork later).
 inline int probe_device_count() {
-  if (!peerlink::gpu::compiled_with_gpu()) return 0;
+  if (!peerlink::device::compiled_with_gpu()) return 0;
   pid_t pid = fork();
   if (pid < 0) return 0;
   if (pid == 0) {
     int n = 0;
-    try { n = peerlink::gpu::device_count(); } catch (...) { n = 0; }
+    try { n = peerlink::device::count(); } catch (...) { n = 0; }
     _exit(n > 250 ? 250 : n);
   }
   int rc = wait_child(pid, std::chrono::steady_clock::now() + std::chrono::seconds(60));

@@ -19,8 +19,8 @@
 
 #include "pattern.h"
 #include "report.h"
+#include "peerlink/device.h"
 #include "peerlink/peerlink.h"
-#include "transport/comm_impl.h"
 
 namespace bench {
 
@@ -60,13 +60,14 @@ class PairEngine {
     size_t budget_slots = std::max<size_t>(1, cfg.window_budget / max_);
     recv_bytes_ = max_ * std::min<size_t>(slots, budget_slots);
     src_bytes_ = max_ + kShiftSpan + kCtrlBytes;  // pool, then a report word
-    auto& be = comm.impl().backend();
+    // Synchronous copies below run on the current device (device.h): make it this rank's.
+    if (comm.device() >= 0) peerlink::device::set_current(comm.device());
     if (me_ <= 1) {
       recv_ = comm.alloc(recv_bytes_);
       ctrl_ = comm.alloc(kCtrlBytes);
       src_ = comm.alloc(src_bytes_);
       std::vector<unsigned char> mine = make_pool(seed_of(me_), max_ + kShiftSpan);
-      be.copy_sync(src_, mine.data(), mine.size());
+      peerlink::device::copy_sync(src_, mine.data(), mine.size());
       peer_pool_ = make_pool(seed_of(peer_), max_ + kShiftSpan);
       comm.notify_ipc_buffer(peer_, kDataBuf, recv_, recv_bytes_, cfg.version);
       comm.notify_ipc_buffer(peer_, kCtrlBuf, ctrl_, kCtrlBytes, cfg.version);
@@ -116,7 +117,6 @@ class PairEngine {
     const bool receives = cfg_.mode != Mode::Bandwidth || me_ == 1;
     std::vector<double> times;
     uint64_t wrong = 0;
-    auto& be = comm_.impl().backend();
     const int total = cfg_.warmup + cfg_.iters;
     for (int it = 0; it < total; ++it) {
       // Receives match sends in FIFO order per direction: rank 1 -> rank 0 carries ready, then
@@ -167,9 +167,9 @@ class PairEngine {
           const unsigned char* expect = peer_pool_.data() + shift_of(received_ + j);
           if (cfg_.inject_error && received_ + j == 0) {
             const unsigned char zero = 0;
-            be.copy_sync(at(recv_, size_t(j) * size), &zero, 1);
+            peerlink::device::copy_sync(at(recv_, size_t(j) * size), &zero, 1);
           }
-          wrong += verify_landed(be, at(recv_, size_t(j) * size), expect, size,
+          wrong += verify_landed(at(recv_, size_t(j) * size), expect, size,
                                  last ? ~size_t(0) : cfg_.full_verify_limit, received_ * 31 + j, scratch_);
         }
         received_ += window;
@@ -177,12 +177,12 @@ class PairEngine {
     }
     // Rank 1 reports its mismatches to rank 0 through the control buffer.
     if (me_ == 1) {
-      be.copy_sync(at(src_, max_ + kShiftSpan), &wrong, 8);
+      peerlink::device::copy_sync(at(src_, max_ + kShiftSpan), &wrong, 8);
       comm_.send_direct(0, at(src_, max_ + kShiftSpan), 8, kCtrlBuf, cfg_.version, kReportOff);
     } else {
       comm_.irecv(1, kCtrlBuf, kReportOff, 8).wait();
       uint64_t peer_wrong = 0;
-      be.copy_sync(&peer_wrong, at(ctrl_, kReportOff), 8);
+      peerlink::device::copy_sync(&peer_wrong, at(ctrl_, kReportOff), 8);
       wrong += peer_wrong;
     }
     comm_.barrier();

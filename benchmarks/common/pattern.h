@@ -5,7 +5,7 @@
 // multiple of 256 bytes (alignment stays friendly to copy engines) that changes from one message to
 // the next, so the bytes differ per iteration at zero cost in the timed region, and a receiver
 // that kept stale data (or got a partial copy) sees mismatches. The receiver regenerates the
-// sender's pool on the host and compares what landed (copied back with the backend's copy_sync,
+// sender's pool on the host and compares what landed (copied back with device::copy_sync,
 // outside the timed region).
 #pragma once
 #include <algorithm>
@@ -13,7 +13,7 @@
 #include <cstring>
 #include <vector>
 
-#include "transport/comm_impl.h"
+#include "peerlink/device.h"
 
 namespace bench {
 
@@ -46,13 +46,13 @@ inline std::vector<unsigned char> make_pool(uint64_t seed, size_t bytes) {
 // full_limit are checked whole; larger ones at their head, tail and `samples` chunks whose
 // positions depend on `salt` (so different iterations probe different places). Returns the number
 // of mismatching bytes among those checked.
-inline uint64_t verify_landed(peerlink::gpu::Backend& be, const void* landed, const unsigned char* expected,
+inline uint64_t verify_landed(const void* landed, const unsigned char* expected,
                               size_t len, size_t full_limit, uint64_t salt,
                               std::vector<unsigned char>& scratch, int samples = 8) {
   constexpr size_t kChunk = 4096;
   auto check_range = [&](size_t off, size_t n) -> uint64_t {
     if (scratch.size() < n) scratch.resize(n);
-    be.copy_sync(scratch.data(), static_cast<const char*>(landed) + off, n);
+    peerlink::device::copy_sync(scratch.data(), static_cast<const char*>(landed) + off, n);
     if (std::memcmp(scratch.data(), expected + off, n) == 0) return 0;
     uint64_t bad = 0;
     for (size_t i = 0; i < n; ++i) bad += scratch[i] != expected[off + i];

@@ -18,23 +18,15 @@ namespace peerlink {
 enum class DataType { F32, F16, BF16, F64, I32, I64 };
 enum class ReduceOp { Sum, Max, Min, Prod };
 
-// Which algorithm carries an allreduce (Options::allreduce_algo / PEERLINK_ALLREDUCE_ALGO).
-enum class AllreduceAlgo {
-  Auto,       // chosen by message size and world size (measured crossovers)
-  OneShot,    // every rank pushes its whole input to every peer, each rank reduces everything
-  TwoShot,    // reduce-scatter + all-gather, each rank reduces 1/n, latency-sized grid
-  Bandwidth,  // the two-shot data flow on the whole GPU, pipelined over scratch chunks
-};
+// AllreduceAlgo, parse_allreduce_algo and to_string(AllreduceAlgo) live in options.h (config).
 
 size_t dtype_size(DataType t);
 const char* to_string(DataType t);
 const char* to_string(ReduceOp op);
-const char* to_string(AllreduceAlgo a);
 // Case-insensitive; accept the usual spellings ("bf16", "bfloat16", "float32", "fp16", "int64", ...).
 // InvalidArgument naming the string otherwise.
 DataType parse_dtype(const std::string& s);
 ReduceOp parse_reduce_op(const std::string& s);          // "sum", "max", "min", "prod"/"product"
-AllreduceAlgo parse_allreduce_algo(const std::string& s);  // "", "auto", "oneshot", "twoshot", "bandwidth"
 
 // recvbuf[i] = op over ranks 0..n-1 (in that order) of sendbuf[i], for i < count. sendbuf == recvbuf
 // is allowed. Every rank gets bit-identical results; f16/bf16 accumulate in f32, integers wrap.

@@ -11,7 +11,13 @@
 
 namespace peerlink {
 
-namespace detail { class CommImpl; }
+class Communicator;
+namespace detail {
+class CommImpl;
+class CommServices;
+// Internal (src/transport/services.h); declared here only to befriend it. Not exported.
+CommServices& services(Communicator& comm);
+}  // namespace detail
 
 // Counters for tests and diagnostics (IPC cache behaviour, which paths carried traffic).
 struct CommStats {
@@ -58,7 +64,18 @@ class Communicator {
   Request irecv(int peer, uint32_t buf_id, size_t offset, size_t len);
 
   void barrier();
-  // Explicit teardown (the destructor calls it); every later call throws InvalidArgument.
+  // Collective, small: gathers `bytes` (<= kMaxAllgatherBytes) from every rank into
+  // all[rank * bytes] (host memory). For control data such as a benchmark's per-rank results.
+  static constexpr size_t kMaxAllgatherBytes = 1024;
+  void allgather_bytes(const void* mine, size_t bytes, void* all);
+
+  // Explicit teardown (the destructor calls it). Thread rule: close() may run while other threads
+  // are inside calls of this communicator. It marks the communicator closed (every later call
+  // throws InvalidArgument "closed"), wakes the calls blocked in a wait (barrier, wait_ipc_buffer,
+  // a send waiting for a publication, the host allreduce: they throw InvalidArgument "closed"
+  // within ~20 ms), waits for every call in flight to return (bounded by Options::timeout), and
+  // only then frees the transport; pending requests fail with InvalidArgument. Destroying the
+  // Communicator object itself while another thread still uses it remains the caller's error.
   void close();
   bool closed() const;
 
@@ -67,9 +84,9 @@ class Communicator {
   Completion completion_with(int peer) const;
   CommStats stats() const;
 
-  detail::CommImpl& impl();  // for layers above the transport (collectives, Python)
-
  private:
+  // Layers above the transport reach it through this (src/transport/services.h), not exported.
+  friend detail::CommServices& detail::services(Communicator& comm);
   std::unique_ptr<detail::CommImpl> impl_;
 };
 

@@ -1,10 +1,14 @@
-// Per-communicator configuration. Resolved when a communicator is created (never cached in statics),
-// so tests can inject any value per communicator.
+// Per-communicator configuration (layer config/, below bootstrap, topology, transport and
+// collectives). Every knob of the library is a field here, read from PEERLINK_* by from_env() and
+// checked by validate(); nothing else in the library reads the environment. Resolved when a
+// communicator is created (never cached in statics), so tests can inject any value per communicator.
 #pragma once
 #include <chrono>
 #include <cstddef>
 #include <functional>
 #include <string>
+
+#include "peerlink/log_level.h"
 
 namespace peerlink {
 
@@ -24,7 +28,17 @@ enum class Path {
   Relay,   // staged through a pinned host SHM ring
 };
 
-enum class LogLevel { None, Warn, Info, Trace };
+// Which algorithm carries an allreduce (Options::allreduce_algo / PEERLINK_ALLREDUCE_ALGO).
+enum class AllreduceAlgo {
+  Auto,       // chosen by message size and world size (measured crossovers)
+  OneShot,    // every rank pushes its whole input to every peer, each rank reduces everything
+  TwoShot,    // reduce-scatter + all-gather, each rank reduces 1/n, latency-sized grid
+  Bandwidth,  // the two-shot data flow on the whole GPU, pipelined over scratch chunks
+};
+
+// Upper bound of Options::allreduce_blocks: the flag area holds this many blocks per rank
+// (collectives/layout.h kMaxBlocks, checked there with a static_assert).
+constexpr int kMaxAllreduceBlocks = 160;
 
 struct Options {
   std::chrono::milliseconds timeout{60000};  // bound of every wait (PEERLINK_TIMEOUT_MS)
@@ -33,7 +47,7 @@ struct Options {
   bool p2p_disable = false;                  // PEERLINK_P2P_DISABLE=1: relay for every GPU pair
   std::string p2p_level;                     // PEERLINK_P2P_LEVEL (topology policy), "" = default
   std::string topo_file;                     // PEERLINK_TOPO_FILE (NCCL topology XML)
-  std::string allreduce_algo;                // PEERLINK_ALLREDUCE_ALGO, "" = by size
+  std::string allreduce_algo;                // PEERLINK_ALLREDUCE_ALGO, "" = by size (parse_allreduce_algo)
   LogLevel log_level = LogLevel::Warn;       // PEERLINK_DEBUG=WARN|INFO|TRACE
 
   // How long the lower rank of a pair waits for the higher rank to open the done_seq channel before
@@ -54,6 +68,23 @@ struct Options {
   // (PEERLINK_TEST_CHANNEL_NEVER_READY=1), exercising the ring fallback.
   bool test_channel_never_ready = false;
 
+  // ---- allreduce tuning (collectives/), read when a communicator is created like everything else;
+  // the collectives state applies them on its first allreduce. 0 / -1 = the measured defaults.
+  // Bytes per scratch region position (PEERLINK_ALLREDUCE_SCRATCH_BYTES, [64, 2^32], rounded up to
+  // 64); 0 = 1 MB on the host backend, max(4 MB, 32 MB / world) on GPUs. Every rank must agree.
+  size_t allreduce_scratch_bytes = 0;
+  int allreduce_threads = 0;  // threads per block (PEERLINK_ALLREDUCE_THREADS, [0, 1024]); 0 = per algorithm
+  int allreduce_blocks = 0;   // grid override (PEERLINK_ALLREDUCE_BLOCKS, [0, kMaxAllreduceBlocks]); 0 = auto
+  // GPU one-shot messages up to this many bytes use LL lines (PEERLINK_ALLREDUCE_LL_MAX, [0, 2^28],
+  // rounded up to 16); every rank must agree.
+  size_t allreduce_ll_max = size_t(512) << 10;
+  // Programmatic dependent launch (PEERLINK_ALLREDUCE_PDL=0|1); -1 = on for compute capability >= 9.0.
+  // Never used below 9.0 whatever the setting.
+  int allreduce_pdl = -1;
+  // PEERLINK_ALLREDUCE_ONESHOT_GENERIC=1: the generic one-shot loop even where a specialised one
+  // exists (tests keep the generic loop covered).
+  bool allreduce_oneshot_generic = false;
+
   // Interruption hook (not from the environment; empty = never called, the waits run as before).
   // Called from the calling thread at least every ~50 ms while one of these blocks: the
   // constructor (rendezvous and setup), barrier(), wait_ipc_buffer(), isend()/send_direct()
@@ -64,15 +95,25 @@ struct Options {
   // collectives throw Error (point-to-point calls still work); close the communicator. Not called by
   // Request::wait() (wait(timeout) in slices instead) nor by send_direct()'s wait for completion,
   // which must not return while the copy may still read `src`. The Python package sets it to
-  // check for signals, which makes Ctrl-C raise KeyboardInterrupt promptly.
+  // check for signals, which makes Ctrl-C raise KeyboardInterrupt promptly. The same polls also
+  // notice close() called on another thread: the wait then throws InvalidArgument ("closed")
+  // before this hook runs (Communicator::close).
   std::function<void()> interrupt_check;
 
-  // Reads every PEERLINK_* variable; unset variables keep the defaults above.
-  // Throws InvalidArgument naming the variable and value when one cannot be parsed.
+  // Reads every PEERLINK_* variable; unset (or empty) variables keep the defaults above, then
+  // validate(). Throws InvalidArgument naming the variable and value when one cannot be parsed.
   static Options from_env();
+  // The one check of every field's range and spelling (a Communicator calls it on the Options it
+  // is given, so values set in code are held to the same rules as the environment's). Throws
+  // InvalidArgument naming the field, its variable and the value.
+  void validate() const;
 };
 
 const char* to_string(Completion c);
 const char* to_string(Path p);
+const char* to_string(AllreduceAlgo a);
+// "", "auto", "oneshot", "twoshot", "bandwidth" (and the usual spellings), case-insensitive;
+// InvalidArgument naming the string otherwise.
+AllreduceAlgo parse_allreduce_algo(const std::string& s);
 
 }  // namespace peerlink

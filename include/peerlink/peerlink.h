@@ -1,6 +1,7 @@
 // Umbrella header of peerlink.
 #pragma once
 #include "peerlink/errors.h"
+#include "peerlink/device.h"
 #include "peerlink/options.h"
 #include "peerlink/request.h"
 #include "peerlink/communicator.h"

@@ -39,4 +39,18 @@ std::vector<PairDecision> decide_all_pairs(const Options& opts);
 // as `peerlink-topo` prints it (for PEERLINK_DEBUG=INFO logs).
 std::string explain(const Options& opts);
 
+// What the `peerlink-topo` CLI prints, as a library call (the tool uses public headers only).
+struct ReportRequest {
+  bool json = false;        // the JSON schema of ARCHITECTURE.md instead of the text matrix
+  std::string xml;          // read this NCCL topology XML instead of probing
+  std::string sysfs_root;   // probe the sysfs tree under this directory (test fixtures)
+  bool live_check = true;   // on this machine: runtime peer-access answer + pattern copy per pair
+};
+struct Report {
+  std::string output;                 // the text matrix or the JSON document
+  std::vector<std::string> warnings;  // what probing or reading noticed (JSON keeps them apart)
+};
+// Throws InvalidArgument for an invalid opts.p2p_level or a request naming both xml and sysfs_root.
+Report cli_report(const Options& opts, const ReportRequest& req);
+
 }  // namespace peerlink::topology

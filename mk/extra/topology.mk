@@ -4,5 +4,5 @@ EXTRA_TESTS += test-topo-cli
 test-topo-cli: $(BUILD)/bin/peerlink-topo
 	bash tests/topology/cli_test.sh $(BUILD)/bin
 
-# Tools are built without dependency files: rebuild peerlink-topo when a topology header changes.
-$(BUILD)/bin/peerlink-topo: $(wildcard src/topology/*.h include/peerlink/topology.h)
+# Tools are built without dependency files: rebuild peerlink-topo when its public headers change.
+$(BUILD)/bin/peerlink-topo: $(wildcard include/peerlink/topology.h include/peerlink/options.h)

@@ -1,13 +1,13 @@
 // GPU runtime helpers and a DLPack reader for the Python layer. The package never links torch or
 // CuPy: it reads addresses from __cuda_array_interface__ / __array_interface__ / DLPack and orders
-// work through raw stream handles, which the library's GPU shim can synchronize.
+// work through raw stream handles, which the library (peerlink/device.h) can synchronize.
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
 #include <string>
 
 #include "bindings.h"
-#include "gpu/runtime.h"
+#include "peerlink/device.h"
 #include "peerlink/errors.h"
 
 namespace py = pybind11;
@@ -72,17 +72,17 @@ py::dict dlpack_info(py::capsule cap) {
 }  // namespace
 
 void register_extras(py::module_& m) {
-  m.def("runtime_name", [] { return std::string(gpu::runtime_name()); },
+  m.def("runtime_name", [] { return std::string(device::runtime_name()); },
         "GPU runtime the library was built with: 'cuda', 'hip' or 'none'.");
-  m.def("device_count", &gpu::device_count, "GPUs visible to the library (0 without a driver).");
+  m.def("device_count", &device::count, "GPUs visible to the library (0 without a driver).");
   // Waits for all work on a raw stream handle (cudaStream_t / hipStream_t as an integer; 1 and 2
   // are the legacy and per-thread default streams, as in __cuda_array_interface__).
   m.def("stream_sync", [](uintptr_t stream) {
-    if (!gpu::compiled_with_gpu()) return;
+    if (!device::compiled_with_gpu()) return;
     py::gil_scoped_release nogil;
-    gpu::stream_sync(reinterpret_cast<gpu::Stream>(stream));
+    device::stream_sync(reinterpret_cast<device::Stream>(stream));
   });
-  m.def("is_device_pointer", [](uintptr_t p) { return gpu::is_device_pointer(reinterpret_cast<void*>(p)); });
+  m.def("is_device_pointer", [](uintptr_t p) { return device::is_device_pointer(reinterpret_cast<void*>(p)); });
   m.def("dlpack_info", &dlpack_info);
 }
 

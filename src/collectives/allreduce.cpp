@@ -8,7 +8,7 @@
 #include "common/log.h"
 #include "peerlink/collectives.h"
 #include "peerlink/errors.h"
-#include "transport/comm_impl.h"
+#include "transport/services.h"
 
 namespace peerlink {
 namespace {
@@ -34,15 +34,15 @@ AllreduceAlgo choose(size_t bytes, int world, bool host) {
   return AllreduceAlgo::Bandwidth;
 }
 
-AllreduceAlgo resolve(const detail::CommImpl& impl, size_t bytes, bool host) {
-  AllreduceAlgo a = parse_allreduce_algo(impl.options().allreduce_algo);
-  return a == AllreduceAlgo::Auto ? choose(bytes, impl.world_size(), host) : a;
+AllreduceAlgo resolve(const Options& opts, int world, size_t bytes, bool host) {
+  AllreduceAlgo a = parse_allreduce_algo(opts.allreduce_algo);
+  return a == AllreduceAlgo::Auto ? choose(bytes, world, host) : a;
 }
 
 int clamp_blocks(size_t want, int hi) { return static_cast<int>(std::max<size_t>(1, std::min<size_t>(want, hi))); }
 
 // Threads per block: 1024 for the bandwidth algorithm (more stores in flight per SM: 323 -> 337
-// GB/s busbw at 256 MB on 2x H200), 512 elsewhere. PEERLINK_ALLREDUCE_THREADS overrides.
+// GB/s busbw at 256 MB on 2x H200), 512 elsewhere. Options::allreduce_threads overrides.
 int pick_threads(const coll::CollState& st, AllreduceAlgo a) {
   if (st.threads > 0) return st.threads;
   return a == AllreduceAlgo::Bandwidth ? 1024 : 512;
@@ -70,11 +70,11 @@ void check_device_error(coll::CollState& st) {
   uint32_t code = *reinterpret_cast<volatile uint32_t*>(st.error);
   if (code == 0) return;
   int peer = static_cast<int>((code >> 8) & 0xff);
-  std::string what = cat("allreduce on device ", st.impl->device(), " (rank ", st.rank, "): a kernel waited longer than ",
-                         st.impl->options().timeout.count(), " ms for rank ", peer,
+  std::string what = cat("allreduce on device ", st.svc->device(), " (rank ", st.rank, "): a kernel waited longer than ",
+                         st.svc->options().timeout.count(), " ms for rank ", peer,
                          "; this communicator's collectives are unusable");
   try {
-    if (peer >= 0 && peer < st.world && peer != st.rank) st.impl->check_peer_alive(peer);
+    if (peer >= 0 && peer < st.world && peer != st.rank) st.svc->check_peer_alive(peer);
     st.broken = std::make_exception_ptr(TimeoutError(what));
   } catch (const PeerLostError& e) {
     st.broken = std::make_exception_ptr(PeerLostError(cat(what, " (", e.what(), ")")));
@@ -117,7 +117,7 @@ void device_allreduce(coll::CollState& st, const void* src, void* dst, size_t co
   a.error = st.error;
   a.pdl = st.pdl;
   a.generic_oneshot = st.generic_oneshot;
-  a.timeout_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(st.impl->options().timeout).count());
+  a.timeout_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(st.svc->options().timeout).count());
 
   // Calls on different streams must not overlap on the device (they share counters and scratch):
   // order_event is recorded after every launch outside graph capture, and a call on another stream
@@ -136,10 +136,11 @@ void device_allreduce(coll::CollState& st, const void* src, void* dst, size_t co
 }  // namespace
 
 AllreduceAlgo allreduce_algo_for(Communicator& comm, size_t bytes) {
-  return resolve(comm.impl(), bytes, comm.device() == kHostDevice);
+  return resolve(comm.options(), comm.world_size(), bytes, comm.device() == kHostDevice);
 }
 
 void allreduce_check(Communicator& comm) {
+  auto call = detail::services(comm).begin("allreduce_check");  // close() waits for us (defect #2)
   coll::CollState& st = coll::coll_state(comm);
   std::lock_guard<std::mutex> g(st.mu);
   check_device_error(st);
@@ -160,10 +161,13 @@ void allreduce(Communicator& comm, const void* sendbuf, void* recvbuf, size_t co
   if (s != d && s < d + bytes && d < s + bytes)
     throw InvalidArgument(cat("allreduce: sendbuf ", sendbuf, " and recvbuf ", recvbuf, " overlap partially (",
                               bytes, " bytes); pass the same pointer for in place"));
+  // In flight from here to the return: close() on another thread wakes our waits (they throw
+  // InvalidArgument "closed") and frees nothing before we left (defect #2).
+  auto call = detail::services(comm).begin("allreduce");
   coll::CollState& st = coll::coll_state(comm);
   std::lock_guard<std::mutex> g(st.mu);
   check_device_error(st);
-  AllreduceAlgo algo = resolve(*st.impl, bytes, st.host);
+  AllreduceAlgo algo = resolve(st.svc->options(), st.world, bytes, st.host);
   if (count == 0) return;
   if (st.host) {
     try {

@@ -1,5 +1,5 @@
 // Per-communicator allreduce state: the registered (exported, peer-mapped) flag and data buffers,
-// sequence counters, error word and stream ordering. Lives in impl.upper_state("collectives"), so
+// sequence counters, error word and stream ordering. Lives in services.upper_state("collectives"), so
 // it is created on the first allreduce (collectively: every rank's first allreduce sets it up) and
 // destroyed before the transport closes.
 #pragma once
@@ -14,13 +14,13 @@
 
 namespace peerlink {
 class Communicator;
-namespace detail { class CommImpl; }
+namespace detail { class CommServices; }
 }  // namespace peerlink
 
 namespace peerlink::coll {
 
 struct CollState {
-  detail::CommImpl* impl = nullptr;
+  detail::CommServices* svc = nullptr;  // the transport's services (transport/services.h)
   int rank = 0;
   int world = 0;
   bool host = true;
@@ -30,13 +30,13 @@ struct CollState {
   gpu::MemHandle flag_handle[kMaxRanks];
   gpu::MemHandle data_handle[kMaxRanks];
 
-  // Tuning read from the environment when the state is created (per communicator, not static).
-  int threads = 0;          // PEERLINK_ALLREDUCE_THREADS; 0 = per algorithm (allreduce.cpp)
-  int blocks_override = 0;  // PEERLINK_ALLREDUCE_BLOCKS
+  // Tuning from the communicator's Options (allreduce_*), fixed when the state is created.
+  int threads = 0;          // Options::allreduce_threads; 0 = per algorithm (allreduce.cpp)
+  int blocks_override = 0;  // Options::allreduce_blocks
   int sm_count = 0;
   size_t ll_max = 0;        // GPU: one-shot messages up to this many bytes go through LL lines
-  bool pdl = false;         // PEERLINK_ALLREDUCE_PDL (default on for compute capability >= 9.0)
-  bool generic_oneshot = false;  // PEERLINK_ALLREDUCE_ONESHOT_GENERIC=1: tests keep the generic loop covered
+  bool pdl = false;         // Options::allreduce_pdl (default on for compute capability >= 9.0)
+  bool generic_oneshot = false;  // Options::allreduce_oneshot_generic: tests keep the generic loop covered
 
   std::mutex mu;            // one allreduce at a time per communicator (launch order = seq order)
   uint64_t host_seq = 0;    // host backend: steps done (the device keeps its own counter)

@@ -11,7 +11,7 @@
 #include "collectives/reduce_ops.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
-#include "transport/comm_impl.h"
+#include "transport/services.h"
 
 namespace peerlink::coll {
 namespace {
@@ -43,7 +43,7 @@ void signal(CollState& st, int phase, uint64_t seq) {
 // Bounded wait for every peer's flag; yields the CPU (CI runs 4 ranks on 2 cores) and checks that
 // the peer lives so a dead peer is reported as PeerLostError, not a timeout.
 void wait_all(CollState& st, int phase, uint64_t seq) {
-  const auto& opts = st.impl->options();
+  const auto& opts = st.svc->options();
   for (int p = 0; p < st.world; ++p) {
     if (p == st.rank) continue;
     const uint64_t* f = &st.flags[st.rank]->inbox[phase][0][p];
@@ -56,8 +56,8 @@ void wait_all(CollState& st, int phase, uint64_t seq) {
       if (now - start > std::chrono::milliseconds(10)) std::this_thread::sleep_for(std::chrono::microseconds(100));
       else sched_yield();
       if (now >= next_alive) {
-        st.impl->check_peer_alive(p);  // throws PeerLostError
-        st.impl->check_interrupt();    // Options::interrupt_check (Ctrl-C from Python)
+        st.svc->check_peer_alive(p);  // throws PeerLostError
+        st.svc->check_interrupt();    // Options::interrupt_check (Ctrl-C from Python)
         next_alive = now + std::chrono::milliseconds(20);
       }
       if (now - start > opts.timeout)

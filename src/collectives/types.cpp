@@ -59,16 +59,6 @@ const char* to_string(ReduceOp op) {
   return "?";
 }
 
-const char* to_string(AllreduceAlgo a) {
-  switch (a) {
-    case AllreduceAlgo::Auto: return "auto";
-    case AllreduceAlgo::OneShot: return "oneshot";
-    case AllreduceAlgo::TwoShot: return "twoshot";
-    case AllreduceAlgo::Bandwidth: return "bandwidth";
-  }
-  return "?";
-}
-
 DataType parse_dtype(const std::string& s) {
   std::string v = lower(s);
   if (v == "f32" || v == "float32" || v == "float" || v == "fp32") return DataType::F32;
@@ -87,15 +77,6 @@ ReduceOp parse_reduce_op(const std::string& s) {
   if (v == "min") return ReduceOp::Min;
   if (v == "prod" || v == "product") return ReduceOp::Prod;
   throw InvalidArgument(common::cat("unknown reduce op '", s, "' (use sum, max, min, prod)"));
-}
-
-AllreduceAlgo parse_allreduce_algo(const std::string& s) {
-  std::string v = lower(s);
-  if (v.empty() || v == "auto") return AllreduceAlgo::Auto;
-  if (v == "oneshot" || v == "one_shot" || v == "one-shot") return AllreduceAlgo::OneShot;
-  if (v == "twoshot" || v == "two_shot" || v == "two-shot") return AllreduceAlgo::TwoShot;
-  if (v == "bandwidth" || v == "bw") return AllreduceAlgo::Bandwidth;
-  throw InvalidArgument(common::cat("PEERLINK_ALLREDUCE_ALGO='", s, "' is not one of oneshot, twoshot, bandwidth, auto"));
 }
 
 }  // namespace peerlink

@@ -6,7 +6,7 @@
 #include <string>
 #include <unistd.h>
 
-#include "peerlink/options.h"
+#include "peerlink/log_level.h"
 
 namespace peerlink::common {
 

@@ -1,5 +1,8 @@
-// CommImpl: argument validation and the state checks every call makes, then the transport.
+// CommImpl: argument validation, the closed/in-flight rule, then the transport.
 #include "transport/comm_impl.h"
+
+#include <chrono>
+#include <thread>
 
 #include "common/log.h"
 #include "gpu/runtime.h"
@@ -9,6 +12,17 @@
 namespace peerlink::detail {
 
 using common::cat;
+
+class CommImpl::Scope {
+ public:
+  Scope(const CommImpl& c, const char* what) : c_(c) { c_.enter(what); }
+  ~Scope() { c_.leave(); }
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  const CommImpl& c_;
+};
 
 CommImpl::CommImpl(std::string unique_id, int rank, int world_size, int device, Options opts)
     : unique_id_(std::move(unique_id)), rank_(rank), world_size_(world_size), device_(device), opts_(std::move(opts)) {
@@ -25,12 +39,15 @@ CommImpl::CommImpl(std::string unique_id, int rank, int world_size, int device, 
       throw InvalidArgument(cat("Communicator: device ", device_, " does not exist (", gpu::runtime_name(), " sees ", n,
                                 " GPU(s))"));
   }
-  if (opts_.timeout.count() <= 0) throw InvalidArgument(cat("Options::timeout must be > 0 ms"));
-  if (opts_.relay_slots < 2 || opts_.relay_slots > 64)
-    throw InvalidArgument(cat("Options::relay_slots ", opts_.relay_slots, " is outside [2, 64]"));
-  if (opts_.relay_chunk_bytes < 4096)
-    throw InvalidArgument(cat("Options::relay_chunk_bytes ", opts_.relay_chunk_bytes, " is below 4096"));
-  transport_ = std::make_unique<Transport>(unique_id_, rank_, world_size_, device_, opts_);
+  opts_.validate();  // the one check of every knob (config/options.cpp)
+  // Every blocking wait below runs this hook (~every 20 ms): close() on another thread makes it
+  // throw, so the wait returns and close() can go on. The caller's own hook runs after it.
+  Options topts = opts_;
+  topts.interrupt_check = [this, user = opts_.interrupt_check] {
+    if (closed_.load(std::memory_order_seq_cst)) throw_closed("wait");
+    if (user) user();
+  };
+  transport_ = std::make_unique<Transport>(unique_id_, rank_, world_size_, device_, topts);
 }
 
 CommImpl::~CommImpl() {
@@ -40,15 +57,28 @@ CommImpl::~CommImpl() {
   }
 }
 
-const std::string& CommImpl::shm_prefix() const { return transport_->boot().job_prefix(); }
+void CommImpl::throw_closed(const char* what) const {
+  throw InvalidArgument(cat(what, ": communicator (rank ", rank_, " of '", unique_id_, "') is closed"));
+}
 
-void CommImpl::check_open() {
-  if (closed()) throw InvalidArgument(cat("communicator (rank ", rank_, " of '", unique_id_, "') is closed"));
+void CommImpl::enter(const char* what) const {
+  in_flight_.fetch_add(1, std::memory_order_seq_cst);
+  if (closed_.load(std::memory_order_seq_cst)) {
+    leave();
+    throw_closed(what);
+  }
+}
+
+void CommImpl::leave() const noexcept { in_flight_.fetch_sub(1, std::memory_order_seq_cst); }
+
+void CommImpl::check_open(const char* what) {
+  if (closed()) throw_closed(what);
   transport_->rethrow_worker_error();
 }
 
 void CommImpl::check_usable() {
-  check_open();
+  Scope s(*this, "collective");
+  check_open("collective");
   // Collectives stop here (upper layers call this first): the ranks disagree on how many
   // barriers or steps ran, so going on would pair this rank with the wrong ones.
   if (transport_->boot().interrupted())
@@ -57,36 +87,48 @@ void CommImpl::check_usable() {
 }
 
 void CommImpl::validate_peer(int peer, const char* what) const {
-  if (closed()) throw InvalidArgument(cat(what, ": communicator (rank ", rank_, ") is closed"));
   if (peer < 0 || peer >= world_size_)
     throw InvalidArgument(cat(what, ": peer ", peer, " is outside [0, ", world_size_, ")"));
   if (peer == rank_) throw InvalidArgument(cat(what, ": peer ", peer, " is this rank itself"));
 }
 
 void CommImpl::check_peer_alive(int peer) {
+  Scope s(*this, "check_peer_alive");
   validate_peer(peer, "check_peer_alive");
   transport_->check_peer(peer);
 }
 
-void CommImpl::check_interrupt() { transport_->boot().check_interrupt(); }
+void CommImpl::check_interrupt() {
+  Scope s(*this, "collective");
+  transport_->boot().check_interrupt();
+}
 
 gpu::Backend& CommImpl::backend() {
-  check_open();
+  // The reference outlives this scope: callers are inside a CommServices::Call (collectives) or
+  // an upper-state destructor run by close() itself.
+  Scope s(*this, "backend");
+  check_open("backend");
   return transport_->backend();
 }
 
 void CommImpl::allgather(const void* mine, size_t bytes, void* all) {
+  Scope s(*this, "allgather");
   check_usable();
+  if (bytes > Communicator::kMaxAllgatherBytes)
+    throw InvalidArgument(cat("allgather: ", bytes, " bytes exceeds ", Communicator::kMaxAllgatherBytes));
+  if (bytes > 0 && (!mine || !all)) throw InvalidArgument("allgather: null buffer");
   transport_->boot().allgather(mine, bytes, all, opts_.timeout);
 }
 
 void CommImpl::barrier() {
+  Scope s(*this, "barrier");
   check_usable();
   transport_->boot().barrier(opts_.timeout);
 }
 
 gpu::MemHandle CommImpl::export_memory(const void* p, size_t len, size_t* offset) {
-  check_open();
+  Scope s(*this, "export_memory");
+  check_open("export_memory");
   uint64_t off = 0;
   gpu::MemHandle h = transport_->ipc().export_range(p, len, &off);
   *offset = static_cast<size_t>(off);
@@ -94,42 +136,51 @@ gpu::MemHandle CommImpl::export_memory(const void* p, size_t len, size_t* offset
 }
 
 void* CommImpl::open_peer_memory(int peer, const gpu::MemHandle& h) {
+  Scope s(*this, "open_peer_memory");
   validate_peer(peer, "open_peer_memory");
   return transport_->ipc().acquire(peer, h);
 }
 
 void CommImpl::release_peer_memory(int peer, const gpu::MemHandle& h) {
+  // After close the transport closes every mapping itself.
   if (closed()) return;
+  Scope s(*this, "release_peer_memory");
   transport_->ipc().release(peer, h);
 }
 
 std::shared_ptr<void>& CommImpl::upper_state(const std::string& key) {
+  Scope s(*this, "upper_state");
   std::lock_guard<std::mutex> g(upper_mu_);
   return upper_[key];
 }
 
 void* CommImpl::alloc(size_t bytes) {
-  check_open();
+  Scope s(*this, "alloc");
+  check_open("alloc");
   return transport_->backend().alloc(bytes);
 }
 
 void CommImpl::free(void* p) {
-  check_open();
+  Scope s(*this, "free");
+  check_open("free");
   if (!p) throw InvalidArgument("free: pointer is null");
   transport_->free_memory(p);  // revokes its publications first
 }
 
 void CommImpl::notify_ipc_buffer(int peer, uint32_t buf_id, void* ptr, size_t len, uint64_t version) {
+  Scope s(*this, "notify_ipc_buffer");
   validate_peer(peer, "notify_ipc_buffer");
   transport_->notify(peer, buf_id, ptr, len, version);
 }
 
 void CommImpl::wait_ipc_buffer(int peer, uint32_t buf_id, uint64_t min_version) {
+  Scope s(*this, "wait_ipc_buffer");
   validate_peer(peer, "wait_ipc_buffer");
   transport_->wait_buffer(peer, buf_id, min_version);
 }
 
 Request CommImpl::isend(int peer, const void* src, size_t len, uint32_t buf_id, size_t offset, uint64_t version) {
+  Scope s(*this, "isend");
   validate_peer(peer, "isend");
   return transport_->isend(peer, src, len, buf_id, offset, version);
 }
@@ -140,16 +191,39 @@ void CommImpl::send_direct(int peer, const void* src, size_t len, uint32_t buf_i
 }
 
 Request CommImpl::irecv(int peer, uint32_t buf_id, size_t offset, size_t len) {
+  Scope s(*this, "irecv");
   validate_peer(peer, "irecv");
   return transport_->irecv(peer, buf_id, offset, len);
 }
 
 void CommImpl::close() {
-  bool expected = false;
-  if (!closed_.compare_exchange_strong(expected, true)) return;
+  std::lock_guard<std::mutex> g(close_mu_);  // a second close() returns once the first is done
+  if (closed_.exchange(true, std::memory_order_seq_cst)) return;
+  // From here every new call throws "closed" and every blocking wait's hook throws within ~20 ms
+  // (InterruptPoll::kInterval); the calls in flight return. Wait for them, bounded: every wait of
+  // the library is bounded by the timeout anyway.
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + opts_.timeout + std::chrono::seconds(1);
+  for (int i = 0; in_flight_.load(std::memory_order_seq_cst) > 0; ++i) {
+    if (Clock::now() > deadline) break;
+    if (i < 100) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  if (int64_t n = in_flight_.load(std::memory_order_seq_cst); n > 0) {
+    // A call still runs (e.g. close() from inside a call of this communicator on the same thread,
+    // or a wait that is not bounded as promised). Freeing the transport under it would be a
+    // use-after-free: leak it instead, loudly.
+    common::log_line(LogLevel::Warn, opts_.log_level,
+                     cat("close (rank ", rank_, " of '", unique_id_, "'): ", n, " call(s) still in flight after ",
+                         opts_.timeout.count(), " ms; the transport is leaked, not freed under them"));
+    for (auto& kv : upper_) new std::shared_ptr<void>(std::move(kv.second));
+    upper_.clear();
+    (void)transport_.release();
+    return;
+  }
   {
     // Upper layers first: they hold mappings and memory of the transport.
-    std::lock_guard<std::mutex> g(upper_mu_);
+    std::lock_guard<std::mutex> g2(upper_mu_);
     upper_.clear();
   }
   if (transport_) transport_->shutdown();
@@ -157,26 +231,32 @@ void CommImpl::close() {
 }
 
 Path CommImpl::path_to(int peer) const {
+  Scope s(*this, "path_to");
   validate_peer(peer, "path_to");
   return transport_->peer(peer).path;
 }
 
 Completion CommImpl::completion_with(int peer) const {
+  Scope s(*this, "completion_with");
   validate_peer(peer, "completion_with");
   return transport_->peer(peer).completion;
 }
 
 CommStats CommImpl::stats() const {
-  CommStats s;
-  if (!transport_) return s;
-  auto& c = transport_->ipc().counters();
-  s.exports = c.exports.load();
-  s.opens = c.opens.load();
-  s.closes = c.closes.load();
-  s.sends_done_seq = transport_->sends_done_seq.load();
-  s.sends_ring = transport_->sends_ring.load();
-  s.sends_relay = transport_->sends_relay.load();
-  return s;
+  CommStats st;
+  // After close the counters are gone with the transport: zeros, not an error.
+  in_flight_.fetch_add(1, std::memory_order_seq_cst);
+  if (!closed_.load(std::memory_order_seq_cst) && transport_) {
+    auto& c = transport_->ipc().counters();
+    st.exports = c.exports.load();
+    st.opens = c.opens.load();
+    st.closes = c.closes.load();
+    st.sends_done_seq = transport_->sends_done_seq.load();
+    st.sends_ring = transport_->sends_ring.load();
+    st.sends_relay = transport_->sends_relay.load();
+  }
+  leave();
+  return st;
 }
 
 }  // namespace peerlink::detail

@@ -1,5 +1,5 @@
-// The communicator's private implementation. Layers above the transport (collectives, Python)
-// use the "services" section; everything else is transport-internal.
+// The communicator's private implementation: argument checks, the closed/in-flight rule, then the
+// transport. Layers above the transport see only its CommServices face (services.h).
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -13,46 +13,34 @@
 #include "gpu/backend.h"
 #include "peerlink/communicator.h"
 #include "peerlink/options.h"
+#include "transport/services.h"
 
 namespace peerlink::detail {
 
 class Transport;  // transport/transport.h: peers, workers, IPC manager, registry
 
-class CommImpl {
+class CommImpl final : public CommServices {
  public:
   CommImpl(std::string unique_id, int rank, int world_size, int device, Options opts);
   ~CommImpl();
 
-  int rank() const { return rank_; }
-  int world_size() const { return world_size_; }
-  int device() const { return device_; }
-  const Options& options() const { return opts_; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  int device() const override { return device_; }
+  const Options& options() const override { return opts_; }
   const std::string& unique_id() const { return unique_id_; }
-  // "pl_<id>_<hash>_<nonce>_": every SHM name of this job starts with it.
-  const std::string& shm_prefix() const;
 
-  // ---- services for layers above the transport -------------------------------------------
-  gpu::Backend& backend();
-  // Collective: gathers `bytes` (<= kMaxAllgatherBytes) from every rank into all[rank * bytes].
-  static constexpr size_t kMaxAllgatherBytes = 1024;
-  void allgather(const void* mine, size_t bytes, void* all);
-  void barrier();
-  // Exports the allocation holding [p, p+len) (cached per allocation); *offset = p - base.
-  gpu::MemHandle export_memory(const void* p, size_t len, size_t* offset);
-  // Maps a peer's exported allocation once (refcounted); returns its base here.
-  void* open_peer_memory(int peer, const gpu::MemHandle& h);
-  void release_peer_memory(int peer, const gpu::MemHandle& h);
-  // Throws InvalidArgument after close, a stored worker error, or Error after an interrupted
-  // barrier or collective (see Options::interrupt_check).
-  void check_usable();
-  // Throws PeerLostError naming `peer` when it died or left.
-  void check_peer_alive(int peer);
-  // For the wait loops of upper layers' collectives, from the waiting thread (every ~20 ms): runs
-  // Options::interrupt_check, whose throw marks the collectives interrupted (check_usable refuses
-  // them from then on).
-  void check_interrupt();
-  // Per-communicator state owned by an upper layer; destroyed before the transport closes.
-  std::shared_ptr<void>& upper_state(const std::string& key);
+  // ---- CommServices (layers above the transport) -------------------------------------------
+  gpu::Backend& backend() override;
+  void allgather(const void* mine, size_t bytes, void* all) override;
+  void barrier() override;
+  gpu::MemHandle export_memory(const void* p, size_t len, size_t* offset) override;
+  void* open_peer_memory(int peer, const gpu::MemHandle& h) override;
+  void release_peer_memory(int peer, const gpu::MemHandle& h) override;
+  void check_usable() override;
+  void check_peer_alive(int peer) override;
+  void check_interrupt() override;
+  std::shared_ptr<void>& upper_state(const std::string& key) override;
 
   // ---- the public API (Communicator forwards here) -----------------------------------------
   void* alloc(size_t bytes);
@@ -70,17 +58,32 @@ class CommImpl {
   Completion completion_with(int peer) const;
   CommStats stats() const;
 
+ protected:
+  void begin_call(const char* what) override { enter(what); }
+  void end_call() noexcept override { leave(); }
+
  private:
+  // The in-flight rule (defect #2): every call that touches transport_ runs between enter() and
+  // leave(). enter() counts the call, then checks closed_; close() sets closed_, then waits for the
+  // count to reach zero. Both sides use sequentially consistent operations, so either the call
+  // sees closed_ (and throws) or close() sees the count (and waits): never a call on a freed
+  // transport.
+  void enter(const char* what) const;
+  void leave() const noexcept;
+  class Scope;  // enter() ... leave()
+  [[noreturn]] void throw_closed(const char* what) const;
   // check_usable() without the interrupted-collectives check: memory services stay usable.
-  void check_open();
+  void check_open(const char* what);
   void validate_peer(int peer, const char* what) const;
 
   std::string unique_id_;
   int rank_;
   int world_size_;
   int device_;
-  Options opts_;
+  Options opts_;  // as given; the transport gets a copy whose interrupt_check also notices close()
   std::atomic<bool> closed_{false};
+  mutable std::atomic<int64_t> in_flight_{0};
+  std::mutex close_mu_;  // concurrent close() calls: the second waits for the first to finish
   std::mutex upper_mu_;
   std::map<std::string, std::shared_ptr<void>> upper_;
   std::unique_ptr<Transport> transport_;

@@ -33,11 +33,16 @@ Request Communicator::irecv(int peer, uint32_t buf_id, size_t offset, size_t len
   return impl_->irecv(peer, buf_id, offset, len);
 }
 void Communicator::barrier() { impl_->barrier(); }
+void Communicator::allgather_bytes(const void* mine, size_t bytes, void* all) { impl_->allgather(mine, bytes, all); }
 void Communicator::close() { impl_->close(); }
 bool Communicator::closed() const { return impl_->closed(); }
 Path Communicator::path_to(int peer) const { return impl_->path_to(peer); }
 Completion Communicator::completion_with(int peer) const { return impl_->completion_with(peer); }
 CommStats Communicator::stats() const { return impl_->stats(); }
-detail::CommImpl& Communicator::impl() { return *impl_; }
+
+namespace detail {
+// Not exported (mk/libpeerlink.map): only the library's own upper layers reach the transport.
+CommServices& services(Communicator& comm) { return *comm.impl_; }
+}  // namespace detail
 
 }  // namespace peerlink

@@ -95,6 +95,18 @@ done
 if run "bench_allreduce -g 3" 0 "$BIN/bench_allreduce" --nranks 3 -b 4 -e 4K -f 16 -n 3 -d float; then
   if has 'nranks=3' && has 'Out of bounds values : 0 OK'; then ok "bench_allreduce -g 3"; else bad "bench_allreduce -g 3 output"; fi
 fi
+# The algorithm sweep (once tests/collectives/sweep): one pass per forced algorithm, each verified.
+if run "bench_allreduce --algo" 0 "$BIN/bench_allreduce" --gpus -1,-1 --impl peerlink -b 8 -e 256K -f 64 -n 3 \
+     --algo oneshot,twoshot,auto --json "$TMP/sweep.json"; then
+  if [ "$(grep -c '^# bench_allreduce' "$TMP/out")" = 3 ] && has 'algo=oneshot' && has 'algo=twoshot' &&
+     has 'algo=auto' && ! has 'Out of bounds values : [1-9]' && [ -f "$TMP/sweep.oneshot.json" ] &&
+     [ -f "$TMP/sweep.twoshot.json" ] && [ -f "$TMP/sweep.auto.json" ]; then
+    ok "bench_allreduce --algo"
+  else
+    bad "bench_allreduce --algo: one table and one json per algorithm"
+  fi
+fi
+run "bench_allreduce --algo bad is refused" 1 "$BIN/bench_allreduce" --algo fastest && ok "bench_allreduce --algo bad is refused"
 if run "bench_allreduce --inject-error is detected" 2 "$BIN/bench_allreduce" --gpus -1,-1 -b 8 -e 64 -f 8 -n 3 --inject-error; then
   if has 'Out of bounds values : [1-9].* ERROR'; then ok "bench_allreduce --inject-error is detected"; else bad "injected allreduce error not counted"; fi
 fi

@@ -9,7 +9,7 @@
 
 #include "peerlink/peerlink.h"
 #include "support/mp.h"
-#include "transport/comm_impl.h"
+#include "transport/services.h"
 
 using namespace peerlink;
 using pltest::run_ranks;
@@ -31,10 +31,10 @@ int device_of(int rank) {
 }
 
 // Host staging for device buffers: the tests fill and check through the backend's copies.
-void put(Communicator& c, void* dst, const void* src, size_t n) { c.impl().backend().copy_sync(dst, src, n); }
+void put(Communicator& c, void* dst, const void* src, size_t n) { peerlink::detail::services(c).backend().copy_sync(dst, src, n); }
 std::vector<char> get(Communicator& c, const void* src, size_t n) {
   std::vector<char> h(n);
-  if (n) c.impl().backend().copy_sync(h.data(), src, n);
+  if (n) peerlink::detail::services(c).backend().copy_sync(h.data(), src, n);
   return h;
 }
 void fill(Communicator& c, void* dst, size_t n, uint64_t tag) {

@@ -1,6 +1,6 @@
 # Same-machine NCCL reference for the allreduce sweep (bf16 sum, 2 ranks): time per call back to
-# back on one stream, eager and replayed from a CUDA graph, like tests/collectives/sweep.
-#   python3 -m torch.distributed.run --nproc_per_node=2 tests/collectives/sweep/nccl_ref.py
+# back on one stream, eager and replayed from a CUDA graph, like bench_allreduce --algo.
+#   python3 -m torch.distributed.run --nproc_per_node=2 benchmarks/allreduce_nccl_ref.py
 import os
 import torch
 import torch.distributed as dist

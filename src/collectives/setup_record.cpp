@@ -1,0 +1,59 @@
+// parse_setup_record: the untrusted collectives setup record, checked field by field.
+#include "collectives/setup_record.h"
+
+#include <cstring>
+#include <string>
+
+#include "common/log.h"
+#include "peerlink/errors.h"
+
+namespace peerlink::coll {
+namespace {
+
+using common::cat;
+
+// [off, off + need) within an allocation of `alloc` bytes, without overflow.
+bool fits(uint64_t off, uint64_t need, uint64_t alloc) { return off <= alloc && need <= alloc - off; }
+
+void check_area(int from, const char* name, const gpu::MemHandle& h, uint64_t off, uint64_t need, uint64_t align,
+                gpu::HandleKind kind) {
+  if (h.kind != kind)
+    throw InvalidArgument(cat("allreduce setup: rank ", from, "'s ", name, " handle has kind ",
+                              static_cast<uint32_t>(h.kind), ", expected ", static_cast<uint32_t>(kind),
+                              kind == gpu::HandleKind::HostShm ? " (host SHM)" : " (device IPC)"));
+  if (h.alloc_bytes == 0)
+    throw InvalidArgument(cat("allreduce setup: rank ", from, "'s ", name, " allocation claims 0 bytes"));
+  if (off % align != 0)
+    throw InvalidArgument(cat("allreduce setup: rank ", from, "'s ", name, " offset ", off, " is not a multiple of ",
+                              align));
+  if (!fits(off, need, h.alloc_bytes))
+    throw InvalidArgument(cat("allreduce setup: rank ", from, "'s ", name, " area [", off, ", +", need,
+                              ") does not fit its allocation of ", h.alloc_bytes, " bytes"));
+}
+
+}  // namespace
+
+SetupRecord parse_setup_record(const void* raw, size_t bytes, int from, const SetupExpect& e) {
+  if (bytes != sizeof(SetupRecord))
+    throw InvalidArgument(cat("allreduce setup: rank ", from, "'s record has ", bytes, " bytes, expected ",
+                              sizeof(SetupRecord)));
+  SetupRecord r;
+  std::memcpy(&r, raw, sizeof r);  // one copy: every check below sees the same bytes
+  if (r.magic != SetupRecord::kMagic || r.version != SetupRecord::kVersion)
+    throw InvalidArgument(cat("allreduce setup: rank ", from, "'s record has magic ", r.magic, " version ", r.version,
+                              ", expected ", SetupRecord::kMagic, " version ", SetupRecord::kVersion,
+                              " (a different peerlink build, or corrupt)"));
+  if (r.rank != from)
+    throw InvalidArgument(cat("allreduce setup: the record in rank ", from, "'s slot claims rank ", r.rank));
+  if (r.world != e.world || r.host != (e.host ? 1 : 0) || r.cap != e.cap || r.ll_cap != e.ll_cap)
+    throw InvalidArgument(cat("allreduce setup: rank ", from, " uses scratch ", r.cap, " bytes/LL ", r.ll_cap, "/",
+                              r.world, " ranks/", r.host == 1 ? "host" : r.host == 0 ? "gpu" : "?", "; this rank uses ",
+                              e.cap, "/", e.ll_cap, "/", e.world, "/", e.host ? "host" : "gpu",
+                              " (set PEERLINK_ALLREDUCE_SCRATCH_BYTES and PEERLINK_ALLREDUCE_LL_MAX alike)"));
+  const gpu::HandleKind kind = e.host ? gpu::HandleKind::HostShm : gpu::HandleKind::DeviceIpc;
+  check_area(from, "flags", r.flags, r.flags_off, e.flag_bytes, 8, kind);
+  check_area(from, "data", r.data, r.data_off, e.data_bytes, 16, kind);
+  return r;
+}
+
+}  // namespace peerlink::coll

@@ -1,0 +1,46 @@
+// The record every rank publishes once through the bootstrap allgather when a communicator's
+// collectives are set up: its two exported allocations (flags, data) and the geometry it assumes.
+// A record read back from the allgather is untrusted (shared memory any rank of the job can
+// write): parse_setup_record() checks every field against what this rank expects before any
+// offset is added to a mapped base (issue 12 defect #6). Pure: bytes in, record or InvalidArgument.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "gpu/backend.h"
+
+namespace peerlink::coll {
+
+struct SetupRecord {
+  static constexpr uint32_t kMagic = 0x504c4352;  // "PLCR"
+  static constexpr uint32_t kVersion = 1;
+  uint32_t magic = kMagic;
+  uint32_t version = kVersion;
+  int32_t rank = -1;   // the sender: must equal the allgather slot it came from
+  int32_t world = 0;
+  int32_t host = 0;    // 1: host backend (POSIX SHM handles), 0: GPU (device IPC handles)
+  int32_t pad = 0;
+  uint64_t cap = 0;     // bytes per region position (DataLayout::cap)
+  uint64_t ll_cap = 0;  // LL bytes per (slot, source rank) (DataLayout::ll_cap)
+  uint64_t flags_off = 0, data_off = 0;  // offsets of the areas inside their allocations
+  gpu::MemHandle flags, data;
+};
+
+// What this rank requires of every record (its own geometry: all ranks must agree).
+struct SetupExpect {
+  int world = 0;
+  bool host = true;
+  uint64_t cap = 0;
+  uint64_t ll_cap = 0;
+  uint64_t flag_bytes = 0;  // sizeof(FlagArea)
+  uint64_t data_bytes = 0;  // DataLayout::total()
+};
+
+// Copies `bytes` of `raw` (must be exactly sizeof(SetupRecord)) and validates the record as sent
+// by rank `from`: magic and version, rank == from, world/host/cap/ll_cap equal to `e`, handle kinds
+// matching the backend, allocation sizes nonzero, offsets aligned (8 B flags, 16 B data) and
+// [off, off + need) inside the allocation without overflow. Throws InvalidArgument naming the rank,
+// the field and the values.
+SetupRecord parse_setup_record(const void* raw, size_t bytes, int from, const SetupExpect& e);
+
+}  // namespace peerlink::coll

@@ -1,0 +1,208 @@
+// Options: every PEERLINK_* variable, read when a communicator is created, and the one validate().
+// This is the only file of the library that reads the environment (scripts/check_layers.sh checks
+// that no getenv appears in src/ outside src/config/): a knob that is not a field of Options does
+// not exist, and a value is checked in one place whether it came from the environment or from code.
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+
+#include "common/log.h"
+#include "peerlink/errors.h"
+#include "peerlink/options.h"
+
+namespace peerlink {
+namespace {
+
+using common::cat;
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+// The numeric knobs: field, variable and the accepted range, shared by from_env (which names the
+// variable and the text) and validate (which names the field and the value).
+struct Range {
+  const char* field;
+  const char* var;
+  long long lo, hi;
+};
+constexpr Range kTimeout{"timeout", "PEERLINK_TIMEOUT_MS", 1, 86400000LL};
+constexpr Range kChannelReady{"channel_ready_timeout", "PEERLINK_CHANNEL_READY_MS", 1, 3600000LL};
+constexpr Range kRelayChunk{"relay_chunk_bytes", "PEERLINK_RELAY_CHUNK_BYTES", 4096, 1LL << 30};
+constexpr Range kRelaySlots{"relay_slots", "PEERLINK_RELAY_SLOTS", 2, 64};
+constexpr Range kStripeStreams{"stripe_streams", "PEERLINK_STRIPE_STREAMS", 1, 16};
+constexpr Range kStripeThreshold{"stripe_threshold", "PEERLINK_STRIPE_THRESHOLD", 4096, 1LL << 40};
+constexpr Range kKernelCopyMax{"kernel_copy_max", "PEERLINK_KERNEL_COPY_MAX", 0, 1LL << 30};
+// 0 = the backend's default; otherwise at least one 16-byte vector per rank position.
+constexpr Range kScratch{"allreduce_scratch_bytes", "PEERLINK_ALLREDUCE_SCRATCH_BYTES", 0, 1LL << 32};
+constexpr long long kScratchMin = 64;
+constexpr Range kThreads{"allreduce_threads", "PEERLINK_ALLREDUCE_THREADS", 0, 1024};
+constexpr Range kBlocks{"allreduce_blocks", "PEERLINK_ALLREDUCE_BLOCKS", 0, kMaxAllreduceBlocks};
+constexpr Range kLlMax{"allreduce_ll_max", "PEERLINK_ALLREDUCE_LL_MAX", 0, 1LL << 28};
+constexpr Range kPdl{"allreduce_pdl", "PEERLINK_ALLREDUCE_PDL", -1, 1};
+
+long long parse_int(const Range& r, const char* v) {
+  char* end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v, &end, 10);
+  if (!end || end == v || *end != '\0' || errno == ERANGE || x < r.lo || x > r.hi)
+    throw InvalidArgument(cat(r.var, "='", v, "' is not an integer in [", r.lo, ", ", r.hi, "]"));
+  return x;
+}
+
+void check(const Range& r, long long x) {
+  if (x < r.lo || x > r.hi)
+    throw InvalidArgument(cat("Options::", r.field, " ", x, " is outside [", r.lo, ", ", r.hi, "] (", r.var, ")"));
+}
+
+// size_t fields compared without narrowing them to long long first.
+void check_size(const Range& r, size_t x) {
+  if (x > static_cast<unsigned long long>(r.hi) || static_cast<long long>(x) < r.lo)
+    throw InvalidArgument(cat("Options::", r.field, " ", x, " is outside [", r.lo, ", ", r.hi, "] (", r.var, ")"));
+}
+
+bool parse_bool(const char* name, const char* v) {
+  std::string s = lower(v);
+  if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
+  if (s == "0" || s == "false" || s == "no" || s == "off") return false;
+  throw InvalidArgument(cat(name, "='", v, "' is not a boolean (use 1 or 0)"));
+}
+
+// PEERLINK_P2P_LEVEL's spellings. The topology layer interprets the level (topology::parse_level,
+// same names); this layer only refuses what it could never interpret, so a typo fails when the
+// communicator is created and not at the first GPU pair decision.
+bool valid_p2p_level(const std::string& text) {
+  std::string s;
+  for (char c : text)
+    if (!std::isspace(static_cast<unsigned char>(c))) s += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (const char* n : {"LOC", "NVL", "NVB", "PIX", "PXB", "PHB", "SYS"})
+    if (s == n) return true;
+  return s.size() == 1 && s[0] >= '0' && s[0] <= '4';  // NCCL's legacy numeric levels
+}
+
+}  // namespace
+
+const char* to_string(Completion c) {
+  switch (c) {
+    case Completion::Auto: return "auto";
+    case Completion::DoneSeq: return "done_seq";
+    case Completion::Ring: return "ring";
+  }
+  return "?";
+}
+
+const char* to_string(Path p) {
+  switch (p) {
+    case Path::Auto: return "auto";
+    case Path::Direct: return "direct";
+    case Path::Relay: return "relay";
+  }
+  return "?";
+}
+
+const char* to_string(AllreduceAlgo a) {
+  switch (a) {
+    case AllreduceAlgo::Auto: return "auto";
+    case AllreduceAlgo::OneShot: return "oneshot";
+    case AllreduceAlgo::TwoShot: return "twoshot";
+    case AllreduceAlgo::Bandwidth: return "bandwidth";
+  }
+  return "?";
+}
+
+AllreduceAlgo parse_allreduce_algo(const std::string& s) {
+  std::string v = lower(s);
+  if (v.empty() || v == "auto") return AllreduceAlgo::Auto;
+  if (v == "oneshot" || v == "one_shot" || v == "one-shot") return AllreduceAlgo::OneShot;
+  if (v == "twoshot" || v == "two_shot" || v == "two-shot") return AllreduceAlgo::TwoShot;
+  if (v == "bandwidth" || v == "bw") return AllreduceAlgo::Bandwidth;
+  throw InvalidArgument(cat("PEERLINK_ALLREDUCE_ALGO='", s, "' is not one of oneshot, twoshot, bandwidth, auto"));
+}
+
+Options Options::from_env() {
+  Options o;
+  if (const char* v = env(kTimeout.var)) o.timeout = std::chrono::milliseconds(parse_int(kTimeout, v));
+  if (const char* v = env("PEERLINK_COMPLETION")) {
+    std::string s = lower(v);
+    if (s == "auto") o.completion = Completion::Auto;
+    else if (s == "done_seq" || s == "doneseq") o.completion = Completion::DoneSeq;
+    else if (s == "ring") o.completion = Completion::Ring;
+    else throw InvalidArgument(cat("PEERLINK_COMPLETION='", v, "' is not one of auto, done_seq, ring"));
+  }
+  if (const char* v = env("PEERLINK_TRANSPORT")) {
+    std::string s = lower(v);
+    if (s == "auto") o.path = Path::Auto;
+    else if (s == "direct" || s == "p2p") o.path = Path::Direct;
+    else if (s == "relay") o.path = Path::Relay;
+    else throw InvalidArgument(cat("PEERLINK_TRANSPORT='", v, "' is not one of auto, direct, relay"));
+  }
+  if (const char* v = env("PEERLINK_P2P_DISABLE")) o.p2p_disable = parse_bool("PEERLINK_P2P_DISABLE", v);
+  if (const char* v = env("PEERLINK_P2P_LEVEL")) o.p2p_level = v;
+  if (const char* v = env("PEERLINK_TOPO_FILE")) o.topo_file = v;
+  if (const char* v = env("PEERLINK_ALLREDUCE_ALGO")) o.allreduce_algo = lower(v);
+  if (const char* v = env("PEERLINK_DEBUG")) {
+    std::string s = lower(v);
+    if (s == "warn") o.log_level = LogLevel::Warn;
+    else if (s == "info") o.log_level = LogLevel::Info;
+    else if (s == "trace") o.log_level = LogLevel::Trace;
+    else if (s == "none" || s == "off") o.log_level = LogLevel::None;
+    else throw InvalidArgument(cat("PEERLINK_DEBUG='", v, "' is not one of WARN, INFO, TRACE, NONE"));
+  }
+  if (const char* v = env(kChannelReady.var))
+    o.channel_ready_timeout = std::chrono::milliseconds(parse_int(kChannelReady, v));
+  if (const char* v = env(kRelayChunk.var)) o.relay_chunk_bytes = static_cast<size_t>(parse_int(kRelayChunk, v));
+  if (const char* v = env(kRelaySlots.var)) o.relay_slots = static_cast<int>(parse_int(kRelaySlots, v));
+  if (const char* v = env(kStripeStreams.var)) o.stripe_streams = static_cast<int>(parse_int(kStripeStreams, v));
+  if (const char* v = env(kStripeThreshold.var))
+    o.stripe_threshold = static_cast<size_t>(parse_int(kStripeThreshold, v));
+  if (const char* v = env(kKernelCopyMax.var)) o.kernel_copy_max = static_cast<size_t>(parse_int(kKernelCopyMax, v));
+  if (const char* v = env("PEERLINK_TEST_CHANNEL_NEVER_READY"))
+    o.test_channel_never_ready = parse_bool("PEERLINK_TEST_CHANNEL_NEVER_READY", v);
+  if (const char* v = env(kScratch.var)) {
+    long long x = parse_int(kScratch, v);
+    if (x != 0 && x < kScratchMin)
+      throw InvalidArgument(cat(kScratch.var, "='", v, "' is below ", kScratchMin, " (0 = default)"));
+    o.allreduce_scratch_bytes = static_cast<size_t>(x);
+  }
+  if (const char* v = env(kThreads.var)) o.allreduce_threads = static_cast<int>(parse_int(kThreads, v));
+  if (const char* v = env(kBlocks.var)) o.allreduce_blocks = static_cast<int>(parse_int(kBlocks, v));
+  if (const char* v = env(kLlMax.var)) o.allreduce_ll_max = static_cast<size_t>(parse_int(kLlMax, v));
+  if (const char* v = env(kPdl.var)) o.allreduce_pdl = parse_bool(kPdl.var, v) ? 1 : 0;
+  if (const char* v = env("PEERLINK_ALLREDUCE_ONESHOT_GENERIC"))
+    o.allreduce_oneshot_generic = parse_bool("PEERLINK_ALLREDUCE_ONESHOT_GENERIC", v);
+  o.validate();
+  return o;
+}
+
+void Options::validate() const {
+  check(kTimeout, timeout.count());
+  check(kChannelReady, channel_ready_timeout.count());
+  check_size(kRelayChunk, relay_chunk_bytes);
+  check(kRelaySlots, relay_slots);
+  check(kStripeStreams, stripe_streams);
+  check_size(kStripeThreshold, stripe_threshold);
+  check_size(kKernelCopyMax, kernel_copy_max);
+  if (!p2p_level.empty() && !valid_p2p_level(p2p_level))
+    throw InvalidArgument(cat("PEERLINK_P2P_LEVEL='", p2p_level, "' is not one of LOC, NVL, PIX, PXB, PHB, SYS or 0-4"));
+  parse_allreduce_algo(allreduce_algo);  // throws naming the string
+  if (static_cast<int>(log_level) < static_cast<int>(LogLevel::None) ||
+      static_cast<int>(log_level) > static_cast<int>(LogLevel::Trace))
+    throw InvalidArgument(cat("Options::log_level ", static_cast<int>(log_level), " is not a LogLevel (PEERLINK_DEBUG)"));
+  check_size(kScratch, allreduce_scratch_bytes);
+  if (allreduce_scratch_bytes != 0 && allreduce_scratch_bytes < static_cast<size_t>(kScratchMin))
+    throw InvalidArgument(cat("Options::allreduce_scratch_bytes ", allreduce_scratch_bytes, " is below ", kScratchMin,
+                              " (0 = default; ", kScratch.var, ")"));
+  check(kThreads, allreduce_threads);
+  check(kBlocks, allreduce_blocks);
+  check_size(kLlMax, allreduce_ll_max);
+  check(kPdl, allreduce_pdl);
+}
+
+}  // namespace peerlink

@@ -1,0 +1,79 @@
+// What the transport offers the layers above it (collectives; later the NCCL layer), in place of a
+// public back door into the communicator's implementation. Internal: declared under src/, reached
+// through detail::services(comm), which is not exported from libpeerlink.so (mk/libpeerlink.map),
+// so applications, the Python binding, tools and benchmarks cannot use it.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "gpu/backend.h"
+#include "peerlink/communicator.h"
+#include "peerlink/options.h"
+
+namespace peerlink::detail {
+
+class CommServices {
+ public:
+  // Marks one call of an upper layer in flight for its whole duration: close() on another thread
+  // waits for it (bounded) before anything is freed, and wakes its blocking waits (their
+  // check_interrupt throws InvalidArgument "closed"). Throws InvalidArgument when already closed.
+  class Call {
+   public:
+    Call(Call&& o) noexcept : svc_(o.svc_) { o.svc_ = nullptr; }
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+    Call& operator=(Call&&) = delete;
+    ~Call() {
+      if (svc_) svc_->end_call();
+    }
+
+   private:
+    friend class CommServices;
+    explicit Call(CommServices* s) : svc_(s) {}
+    CommServices* svc_;
+  };
+  Call begin(const char* what) {
+    begin_call(what);
+    return Call(this);
+  }
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual int device() const = 0;
+  virtual const Options& options() const = 0;
+
+  virtual gpu::Backend& backend() = 0;
+  // Collective: gathers `bytes` (<= Communicator::kMaxAllgatherBytes) from every rank into
+  // all[rank * bytes].
+  virtual void allgather(const void* mine, size_t bytes, void* all) = 0;
+  virtual void barrier() = 0;
+  // Exports the allocation holding [p, p+len) (cached per allocation); *offset = p - base.
+  virtual gpu::MemHandle export_memory(const void* p, size_t len, size_t* offset) = 0;
+  // Maps a peer's exported allocation once (refcounted); returns its base here. The handle came
+  // from a peer: the backend validates it (kind, name, size) before mapping.
+  virtual void* open_peer_memory(int peer, const gpu::MemHandle& h) = 0;
+  virtual void release_peer_memory(int peer, const gpu::MemHandle& h) = 0;
+  // Throws InvalidArgument after close, a stored worker error, or Error after an interrupted
+  // barrier or collective (see Options::interrupt_check).
+  virtual void check_usable() = 0;
+  // Throws PeerLostError naming `peer` when it died or left.
+  virtual void check_peer_alive(int peer) = 0;
+  // For the wait loops of upper layers' collectives, from the waiting thread (every ~20 ms): runs
+  // Options::interrupt_check (and the closing check), whose throw marks the collectives
+  // interrupted (check_usable refuses them from then on).
+  virtual void check_interrupt() = 0;
+  // Per-communicator state owned by an upper layer; destroyed by close() after every call in
+  // flight returned and before the transport closes.
+  virtual std::shared_ptr<void>& upper_state(const std::string& key) = 0;
+
+ protected:
+  ~CommServices() = default;
+  virtual void begin_call(const char* what) = 0;
+  virtual void end_call() noexcept = 0;
+};
+
+// The services of `comm`'s transport (implemented in communicator.cpp, a friend of Communicator).
+CommServices& services(Communicator& comm);
+
+}  // namespace peerlink::detail
