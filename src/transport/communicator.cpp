@@ -2,6 +2,7 @@
 #include "peerlink/communicator.h"
 
 #include "transport/comm_impl.h"
+#include "transport/stream_p2p.h"
 
 namespace peerlink {
 
@@ -32,6 +33,21 @@ void Communicator::send_direct(int peer, const void* src, size_t len, uint32_t b
 Request Communicator::irecv(int peer, uint32_t buf_id, size_t offset, size_t len) {
   return impl_->irecv(peer, buf_id, offset, len);
 }
+void Communicator::send(int peer, const void* src, size_t len, uint32_t buf_id, size_t offset, uint64_t version,
+                        void* stream) {
+  detail::stream_engine(*impl_).send_pub(peer, src, len, buf_id, offset, version, stream);
+}
+void Communicator::recv(int peer, uint32_t buf_id, size_t offset, size_t len, void* stream) {
+  detail::stream_engine(*impl_).recv_pub(peer, buf_id, offset, len, stream);
+}
+void Communicator::send(int peer, const void* src, size_t len, void* stream) {
+  detail::stream_engine(*impl_).send_raw(peer, src, len, stream);
+}
+void Communicator::recv(int peer, void* dst, size_t len, void* stream) {
+  detail::stream_engine(*impl_).recv_raw(peer, dst, len, stream);
+}
+void Communicator::group_start() { detail::stream_engine(*impl_).group_start(); }
+void Communicator::group_end() { detail::stream_engine(*impl_).group_end(); }
 void Communicator::barrier() { impl_->barrier(); }
 void Communicator::close() { impl_->close(); }
 bool Communicator::closed() const { return impl_->closed(); }
