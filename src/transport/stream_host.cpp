@@ -64,10 +64,13 @@ void StreamEngine::run_host(std::vector<StreamOp>& ops) {
   uint32_t idle = 0;
   // blocked[q * 4 + channel]: an earlier op of that FIFO channel is not done yet.
   std::vector<char> blocked(size_t(world_) * 4);
+  size_t begin = 0;  // ops before it are all done (they mostly finish in call order)
   while (left > 0) {
     bool moved = false;
     std::fill(blocked.begin(), blocked.end(), 0);
-    for (StreamOp& op : ops) {
+    while (ops[begin].done) ++begin;
+    for (size_t i = begin; i < ops.size(); ++i) {
+      StreamOp& op = ops[i];
       if (op.done) continue;
       const int q = op.peer;
       PairSection* m = mine(q);

@@ -1,6 +1,6 @@
 // Stream engine: setup (area, publication under the reserved id, binding of the peers' areas),
 // argument validation, groups and the per-peer broken state. Data movement: stream_host.cpp (host
-// backend, synchronous).
+// backend, synchronous) and stream_gpu.cpp + stream_kernels.cu (GPUs, stream-ordered).
 #include "transport/stream_p2p.h"
 
 #include <cstring>
@@ -66,6 +66,7 @@ StreamEngine::StreamEngine(CommImpl& impl) : impl_(impl) {
       gpu::memset_sync(area_, 0, area_len_);
       be.copy_sync(area_, &h, sizeof h);
       gpu::stream_sync(nullptr);  // zeroed before any peer can learn the handle
+      error_ = static_cast<uint32_t*>(gpu::host_alloc_mapped(64));
     }
     // Published to every peer now (non-blocking), so a peer's first call with this rank only waits
     // for this rank to have made any stream call, never for a call with that peer in particular.
@@ -74,6 +75,7 @@ StreamEngine::StreamEngine(CommImpl& impl) : impl_(impl) {
   } catch (...) {
     try {
       be.free(area_);
+      if (error_) gpu::host_free_mapped(error_);
     } catch (...) {
     }
     throw;
@@ -81,9 +83,19 @@ StreamEngine::StreamEngine(CommImpl& impl) : impl_(impl) {
 }
 
 StreamEngine::~StreamEngine() {
+  try {
+    if (!host_) reap_inflight(true);  // no kernel of ours may still touch the area (bounded wait)
+  } catch (...) {
+  }
+  graph_holds_.clear();
   remote_hold_.clear();
   try {
     impl_.backend().free(area_);
+  } catch (...) {
+  }
+  try {
+    for (void* e : free_events_) gpu::event_destroy(e);
+    if (error_) gpu::host_free_mapped(error_);
   } catch (...) {
   }
 }
@@ -92,8 +104,17 @@ void StreamEngine::check_peer_usable(int peer, const char* what) {
   if (peer < 0 || peer >= world_)
     throw InvalidArgument(cat(what, ": peer ", peer, " is outside [0, ", world_, ")"));
   if (peer == rank_) throw InvalidArgument(cat(what, ": peer ", peer, " is this rank itself"));
+  if (!host_) check_device_error();
   if (broken_[peer]) std::rethrow_exception(broken_[peer]);
   impl_.check_peer_alive(peer);
+}
+
+// GPU: the kernels read and write any device-accessible memory of this device.
+static void check_device_memory(bool host, const void* p, size_t len, const char* what, int peer) {
+  if (host || len == 0) return;
+  if (!gpu::is_device_pointer(p))
+    throw InvalidArgument(cat(what, peer, ": ", p, " is not device memory (", len,
+                              " bytes); stream-ordered calls on a GPU communicator take device buffers"));
 }
 
 // Maps peer's area (waits, bounded, for the peer's first stream call) and checks its geometry.
@@ -117,6 +138,7 @@ void StreamEngine::send_pub(int peer, const void* src, size_t len, uint32_t buf_
   std::lock_guard<std::recursive_mutex> g(mu_);
   check_peer_usable(peer, "send");
   if (!src && len > 0) throw InvalidArgument(cat("send to rank ", peer, ": src is null (len ", len, ")"));
+  check_device_memory(host_, src, len, "send to rank ", peer);
   if (buf_id >= kReservedBufBase)
     throw InvalidArgument(cat("send to rank ", peer, ": buffer id ", buf_id, " is reserved (ids >= ", kReservedBufBase,
                               " belong to the library)"));
@@ -167,6 +189,7 @@ void StreamEngine::send_raw(int peer, const void* src, size_t len, void* stream)
   std::lock_guard<std::recursive_mutex> g(mu_);
   check_peer_usable(peer, "send");
   if (!src && len > 0) throw InvalidArgument(cat("send to rank ", peer, ": src is null (len ", len, ")"));
+  check_device_memory(host_, src, len, "send to rank ", peer);
   bind_peer(peer);
   StreamOp op;
   op.kind = StreamOpKind::SendRaw;
@@ -181,6 +204,7 @@ void StreamEngine::recv_raw(int peer, void* dst, size_t len, void* stream) {
   std::lock_guard<std::recursive_mutex> g(mu_);
   check_peer_usable(peer, "recv");
   if (!dst && len > 0) throw InvalidArgument(cat("recv from rank ", peer, ": dst is null (len ", len, ")"));
+  check_device_memory(host_, dst, len, "recv from rank ", peer);
   bind_peer(peer);
   StreamOp op;
   op.kind = StreamOpKind::RecvRaw;
@@ -201,6 +225,7 @@ void StreamEngine::group_start() {
 
 void StreamEngine::group_end() {
   std::lock_guard<std::recursive_mutex> g(mu_);
+  if (!host_) check_device_error();
   if (!in_group_) throw InvalidArgument(cat("group_end without group_start (rank ", rank_, ")"));
   in_group_ = false;
   std::vector<StreamOp> ops;
@@ -219,14 +244,12 @@ void StreamEngine::submit(StreamOp op) {
 }
 
 void StreamEngine::run(std::vector<StreamOp>& ops) {
-  if (!host_)
-    throw UnsupportedError("stream-ordered send/recv on GPU communicators is not implemented yet "
-                           "(host backend only in this build)");
   // A peer broken by an earlier op of this batch: refuse the batch before anything moves.
   for (const StreamOp& op : ops)
     if (broken_[op.peer]) std::rethrow_exception(broken_[op.peer]);
   try {
-    run_host(ops);
+    if (host_) run_host(ops);
+    else run_gpu(ops);
   } catch (const InvalidArgument&) {
     throw;  // a mismatch reported after the batch completed: the channels are consistent
   } catch (...) {

@@ -90,6 +90,9 @@ class StreamEngine {
   void submit(StreamOp op);
   void run(std::vector<StreamOp>& ops);
   void run_host(std::vector<StreamOp>& ops);   // stream_host.cpp
+  void run_gpu(std::vector<StreamOp>& ops);    // stream_gpu.cpp: one kernel per stream, no host wait
+  void check_device_error();                   // stream_gpu.cpp: what earlier kernels recorded
+  void reap_inflight(bool wait_all);           // stream_gpu.cpp: drop mappings of finished launches
   void mark_broken(const std::vector<StreamOp>& ops, std::exception_ptr e);
 
   stream::PairSection* mine(int q) const { return stream::section(area_, q, sec_bytes_); }
@@ -107,6 +110,16 @@ class StreamEngine {
   std::vector<std::shared_ptr<void>> remote_hold_;
   std::vector<uint64_t> pub_completed_;            // [q]: published-form recvs from q completed
   std::vector<std::exception_ptr> broken_;         // [q]: the error that broke the pair's channels
+
+  // GPU only.
+  uint32_t* error_ = nullptr;  // host-mapped error word the kernels write (stream_launch.h)
+  struct Inflight {
+    void* event = nullptr;  // recorded after the launch (eager launches only)
+    std::vector<std::shared_ptr<void>> holds;
+  };
+  std::vector<Inflight> inflight_;
+  std::vector<void*> free_events_;
+  std::vector<std::shared_ptr<void>> graph_holds_;  // mappings a captured launch writes: kept for good
 
   std::recursive_mutex mu_;  // one batch at a time; guards the group and the counters
   bool in_group_ = false;
