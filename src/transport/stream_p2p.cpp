@@ -104,6 +104,10 @@ void StreamEngine::check_peer_usable(int peer, const char* what) {
   if (peer < 0 || peer >= world_)
     throw InvalidArgument(cat(what, ": peer ", peer, " is outside [0, ", world_, ")"));
   if (peer == rank_) throw InvalidArgument(cat(what, ": peer ", peer, " is this rank itself"));
+}
+
+// After the arguments were validated (bad input is reported as such even when the peer is gone).
+void StreamEngine::check_pair(int peer) {
   if (!host_) check_device_error();
   if (broken_[peer]) std::rethrow_exception(broken_[peer]);
   impl_.check_peer_alive(peer);
@@ -120,6 +124,11 @@ static void check_device_memory(bool host, const void* p, size_t len, const char
 // Maps peer's area (waits, bounded, for the peer's first stream call) and checks its geometry.
 void StreamEngine::bind_peer(int peer) {
   if (remote_[peer]) return;
+  // The kernels store straight into the peer's memory: a pair without peer access (relay path)
+  // has no stream-ordered path yet.
+  if (!host_ && impl_.path_to(peer) != Path::Direct)
+    throw UnsupportedError(cat("stream-ordered send/recv with rank ", peer, ": the pair uses the ",
+                               to_string(impl_.path_to(peer)), " path (no peer access); only direct pairs are supported"));
   std::shared_ptr<void> hold;
   void* base = impl_.map_published(peer, kAreaBufId, 1, 0, area_len_, "stream setup", &hold);
   AreaHeader h{};
@@ -145,6 +154,7 @@ void StreamEngine::send_pub(int peer, const void* src, size_t len, uint32_t buf_
   if (version == 0)
     throw InvalidArgument(cat("send to rank ", peer, ": version must be > 0 for the published-buffer form (buffer ",
                               buf_id, "); use send(peer, src, len, stream) for unpublished buffers"));
+  check_pair(peer);
   bind_peer(peer);
   StreamOp op;
   op.kind = StreamOpKind::SendPub;
@@ -174,6 +184,7 @@ void StreamEngine::recv_pub(int peer, uint32_t buf_id, size_t offset, size_t len
   if (offset + len > pub_len)
     throw InvalidArgument(cat("recv from rank ", peer, ": [offset ", offset, ", +len ", len, ") exceeds buffer ", buf_id,
                               " of ", pub_len, " bytes"));
+  check_pair(peer);
   bind_peer(peer);
   StreamOp op;
   op.kind = StreamOpKind::RecvPub;
@@ -190,6 +201,7 @@ void StreamEngine::send_raw(int peer, const void* src, size_t len, void* stream)
   check_peer_usable(peer, "send");
   if (!src && len > 0) throw InvalidArgument(cat("send to rank ", peer, ": src is null (len ", len, ")"));
   check_device_memory(host_, src, len, "send to rank ", peer);
+  check_pair(peer);
   bind_peer(peer);
   StreamOp op;
   op.kind = StreamOpKind::SendRaw;
@@ -205,6 +217,7 @@ void StreamEngine::recv_raw(int peer, void* dst, size_t len, void* stream) {
   check_peer_usable(peer, "recv");
   if (!dst && len > 0) throw InvalidArgument(cat("recv from rank ", peer, ": dst is null (len ", len, ")"));
   check_device_memory(host_, dst, len, "recv from rank ", peer);
+  check_pair(peer);
   bind_peer(peer);
   StreamOp op;
   op.kind = StreamOpKind::RecvRaw;

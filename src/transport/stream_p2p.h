@@ -23,6 +23,11 @@
 // Groups are per communicator (not per thread): group_start on one thread collects the calls of
 // every thread of the communicator until group_end. Nested group_start and group_end without
 // group_start are InvalidArgument (they are bugs in the caller's pairing, not something to count).
+// GPUs: one kernel per (batch, stream) (stream_launch.h); nothing host-side waits, allocates or
+// queries events while the stream is being captured, but the first call with a peer (it maps the
+// peer's area and reads its header) and the first send to a newly published buffer version (it
+// maps that buffer) must be made outside a capture, as an eager warm-up call. On GPUs a
+// published-form mismatch is reported on the receiver only (the sending kernel cannot throw).
 // Bad input is rejected when the call is made (InvalidArgument, nothing queued or written); a
 // failure while moving data (timeout, peer lost, protocol violation) breaks the channels of the
 // peers involved: later calls with them rethrow that error.
@@ -85,7 +90,8 @@ class StreamEngine {
   size_t slots() const { return slots_; }
 
  private:
-  void check_peer_usable(int peer, const char* what);
+  void check_peer_usable(int peer, const char* what);  // range only
+  void check_pair(int peer);  // device errors, broken channels, liveness
   void bind_peer(int peer);
   void submit(StreamOp op);
   void run(std::vector<StreamOp>& ops);
