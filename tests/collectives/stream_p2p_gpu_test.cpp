@@ -265,3 +265,32 @@ TEST(StreamGpu, PeerKilled) {
   }, milliseconds(120000), {1});
   EXPECT_EQ(fail, "");
 }
+
+// Small case for compute-sanitizer racecheck (scripts/gpu_stream.sh): one exchange per form.
+TEST(StreamGpu, SanitizerSmall) {
+  REQUIRE_GPUS();
+  std::string uid = unique_test_id("sg-san");
+  std::string fail = run_ranks(2, [&](int rank) {
+    gpu::set_device(rank);
+    Communicator comm(uid, rank, 2, rank, opts());
+    const int peer = 1 - rank;
+    Dev src(4096), dst(4096), pub(4096);
+    comm.notify_ipc_buffer(peer, 1, pub.p, 4096, 1);
+    comm.barrier();
+    gpu::Stream s = gpu::stream_create();
+    src.fill(uint64_t(rank) + 11);
+    comm.group_start();
+    comm.send(peer, src.p, 4096, s);
+    comm.recv(peer, dst.p, 4096, s);
+    comm.send(peer, src.p, 4096, 1, 0, 1, s);
+    comm.recv(peer, 1, 0, 4096, s);
+    comm.group_end();
+    gpu::stream_sync(s);
+    poll(comm);
+    MP_CHECK(dst.check(0, 4096, uint64_t(peer) + 11) == SIZE_MAX);
+    MP_CHECK(pub.check(0, 4096, uint64_t(peer) + 11) == SIZE_MAX);
+    comm.barrier();
+    gpu::stream_destroy(s);
+  }, milliseconds(120000));
+  EXPECT_EQ(fail, "");
+}
