@@ -129,8 +129,10 @@ void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
     for (size_t s = 0; s < streams.size(); ++s) {
       launch_stream_batch(launches[s], streams[s]);
       if (gpu::stream_is_capturing(streams[s])) {
-        // A graph may replay this launch at any time: its mappings stay open with the engine.
-        graph_holds_.insert(graph_holds_.end(), holds[s].begin(), holds[s].end());
+        // A graph may replay this launch at any time: its mappings stay open with the engine
+        // (once each: captures of the same buffers add nothing).
+        for (auto& h : holds[s])
+          if (std::find(graph_holds_.begin(), graph_holds_.end(), h) == graph_holds_.end()) graph_holds_.push_back(h);
         continue;
       }
       Inflight f;

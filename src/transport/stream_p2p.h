@@ -26,7 +26,9 @@
 // GPUs: one kernel per (batch, stream) (stream_launch.h); nothing host-side waits, allocates or
 // queries events while the stream is being captured, but the first call with a peer (it maps the
 // peer's area and reads its header) and the first send to a newly published buffer version (it
-// maps that buffer) must be made outside a capture, as an eager warm-up call. On GPUs a
+// maps that buffer) must be made outside a capture, as an eager warm-up call. A channel's
+// counters are read when its kernel starts: calls of one (peer, direction, form) issued on several
+// streams must be ordered by the caller (events), as NCCL requires for one communicator. On GPUs a
 // published-form mismatch is reported on the receiver only (the sending kernel cannot throw).
 // Bad input is rejected when the call is made (InvalidArgument, nothing queued or written); a
 // failure while moving data (timeout, peer lost, protocol violation) breaks the channels of the
