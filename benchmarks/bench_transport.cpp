@@ -12,6 +12,7 @@
 #include "common/launch.h"
 #include "common/p2p_engine.h"
 #include "common/report.h"
+#include "common/stream_engine.h"
 #include "peerlink/peerlink.h"
 
 namespace {
@@ -26,11 +27,14 @@ struct Config {
   int timeout_ms = -1;  // -1: PEERLINK_TIMEOUT_MS or the library default
   int time_limit_s = 600;
   bench::LaunchIdentity id;
+  bool stream = false;  // --mode stream (common/stream_engine.h)
+  bool graph = false;   // -G: stream mode, timed inside a CUDA graph
+  bool nccl = true;
 };
 
 const char* kUsage =
     "usage: bench_transport [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]\n"
-    "  [--mode latency|bandwidth|bidir] [--transport auto|direct|relay] [--completion auto|done_seq|ring]\n"
+    "  [--mode latency|bandwidth|bidir|stream] [-G 0|1] [--no-nccl] [--transport auto|direct|relay] [--completion auto|done_seq|ring]\n"
     "  [--gpus D0,D1] [--window N] [--json FILE] [--csv FILE] [--verify-full BYTES] [--timeout-ms MS]\n"
     "  [--time-limit S] [--rank R --world N --uid ID] [--demo] [--inject-error (test hook)]\n"
     "Sizes take K/M/G suffixes. Devices: default GPUs 0,1 (0,0 with one GPU), else host backend -1.\n";
@@ -51,7 +55,8 @@ Config parse(int argc, char** argv) {
       if (m == "latency") c.engine.mode = bench::Mode::Latency;
       else if (m == "bandwidth" || m == "bw") c.engine.mode = bench::Mode::Bandwidth;
       else if (m == "bidir") c.engine.mode = bench::Mode::Bidir;
-      else throw bench::UsageError("--mode '" + m + "' is not latency, bandwidth or bidir");
+      else if (m == "stream") c.stream = true;
+      else throw bench::UsageError("--mode '" + m + "' is not latency, bandwidth, bidir or stream");
     } else if (a.flag("--transport")) c.transport = a.value();
     else if (a.flag("--completion")) c.completion = a.value();
     else if (a.flag("--gpus")) c.gpus = bench::parse_int_list("--gpus", a.value());
@@ -64,6 +69,8 @@ Config parse(int argc, char** argv) {
     else if (a.flag("--world")) c.id.world_size = static_cast<int>(bench::parse_int("--world", a.value(), 1, 64));
     else if (a.flag("--uid")) c.id.unique_id = a.value();
     else if (a.flag("--demo")) c.demo = true;
+    else if (a.flag("-G", "--cudagraph")) c.graph = bench::parse_int("-G", a.value(), 0, 1 << 20) > 0;
+    else if (a.flag("--no-nccl")) c.nccl = false;
     else if (a.flag("--inject-error")) c.engine.inject_error = true;
     else if (a.flag("-h", "--help")) {
       std::fputs(kUsage, stdout);
@@ -104,6 +111,15 @@ peerlink::Options make_options(const Config& c) {
 // One rank's whole run; rank 0 prints and writes the results. Returns the exit code.
 int run_rank(const Config& c, const std::string& uid, int rank, int device) {
   peerlink::Communicator comm(uid, rank, 2, device, make_options(c));
+  if (c.stream) {
+    bench::StreamBenchConfig sc;
+    sc.sizes = c.engine.sizes;
+    sc.iters = c.engine.iters;
+    sc.warmup = c.engine.warmup;
+    sc.graph = c.graph;
+    sc.nccl = c.nccl;
+    return bench::StreamBench(comm, sc).run();
+  }
   std::vector<bench::SizeResult> rows;
   std::string path, completion;
   {

@@ -63,6 +63,23 @@ class Communicator {
   // Completes when the next matching send from `peer` has landed in [buf_id + offset, +len).
   Request irecv(int peer, uint32_t buf_id, size_t offset, size_t len);
 
+  // Stream-ordered point-to-point, enqueued on `stream` (cudaStream_t / hipStream_t as void*;
+  // nullptr = the default stream): no host synchronization, capturable in a graph (every replay
+  // moves the data again, in order). Host backend: synchronous, stream ignored. Matching is FIFO
+  // per (sender, receiver) pair and form; each form is its own channel, separate from isend/irecv.
+  // Published-buffer form (no handshake): lands in the peer's buffer `buf_id` published at `version`.
+  void send(int peer, const void* src, size_t len, uint32_t buf_id, size_t offset, uint64_t version,
+            void* stream);
+  void recv(int peer, uint32_t buf_id, size_t offset, size_t len, void* stream);
+  // NCCL form: any buffers of this device; the library stages the bytes (buffer ids >= 0xFFFFFF00
+  // are reserved for it).
+  void send(int peer, const void* src, size_t len, void* stream);
+  void recv(int peer, void* dst, size_t len, void* stream);
+  // Calls between group_start and group_end are issued together at group_end, so any pattern of
+  // sends and receives (ring, all pairs) cannot deadlock. Groups do not nest (InvalidArgument).
+  void group_start();
+  void group_end();
+
   void barrier();
   // Collective, small: gathers `bytes` (<= kMaxAllgatherBytes) from every rank into
   // all[rank * bytes] (host memory). For control data such as a benchmark's per-rank results.

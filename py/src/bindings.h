@@ -8,5 +8,6 @@ void register_errors(pybind11::module_& m);       // module.cpp: exception class
 void register_comm(pybind11::module_& m);         // module.cpp: Communicator, Request, Allocation
 void register_extras(pybind11::module_& m);       // extras.cpp: GPU runtime helpers, DLPack reader
 void register_collectives(pybind11::module_& m);  // collectives.cpp: allreduce when built with it
+void register_stream(pybind11::module_& m);       // stream.cpp: stream-ordered send/recv, groups
 
 }  // namespace peerlink::py_binding

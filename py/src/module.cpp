@@ -340,4 +340,5 @@ PYBIND11_MODULE(_peerlink, m) {
   peerlink::py_binding::register_comm(m);
   peerlink::py_binding::register_extras(m);
   peerlink::py_binding::register_collectives(m);
+  peerlink::py_binding::register_stream(m);
 }

@@ -186,7 +186,8 @@ Request CommImpl::isend(int peer, const void* src, size_t len, uint32_t buf_id, 
 }
 
 void CommImpl::send_direct(int peer, const void* src, size_t len, uint32_t buf_id, uint64_t version, size_t offset) {
-  validate_peer(peer, "isend");
+  Scope s(*this, "send_direct");
+  validate_peer(peer, "send_direct");
   transport_->send_direct(peer, src, len, buf_id, version, offset);
 }
 

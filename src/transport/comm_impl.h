@@ -41,6 +41,12 @@ class CommImpl final : public CommServices {
   void check_peer_alive(int peer) override;
   void check_interrupt() override;
   std::shared_ptr<void>& upper_state(const std::string& key) override;
+  // Stream engine (stream_bind.cpp): pointer to [offset, +len) of peer's buffer buf_id published at
+  // exactly `version` (waits for it up to the timeout); *hold keeps the mapping open. And the length
+  // this rank published to peer under buf_id (0: never published).
+  void* map_published(int peer, uint32_t buf_id, uint64_t version, size_t offset, size_t len, const char* what,
+                      std::shared_ptr<void>* hold);
+  uint64_t local_published_len(int peer, uint32_t buf_id);
 
   // ---- the public API (Communicator forwards here) -----------------------------------------
   void* alloc(size_t bytes);

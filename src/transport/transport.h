@@ -35,6 +35,11 @@ class Transport {
   void free_memory(void* p);
   // Throws PeerLostError when `peer` died or left (checked at most every 100 ms per peer).
   void check_peer(int peer);
+  // Stream engine (stream_bind.cpp): the mapping of peer's buffer buf_id published at exactly
+  // `version` (newer: stale InvalidArgument; older: waits), range-checked; and the length this rank
+  // published to `peer` under buf_id (0: never).
+  Binding bind_published(int peer, uint32_t buf_id, uint64_t version, size_t offset, size_t len, const char* what);
+  uint64_t published_len(int peer, uint32_t buf_id);
   // Stops the workers, fails what is pending, leaves the rendezvous. Idempotent.
   void shutdown();
   // A fatal worker error, rethrown on the caller's next call.

@@ -1,0 +1,71 @@
+"""Stream-ordered send/recv and groups between real processes: ring exchange in a group (both
+forms), a stream of messages without groups, group misuse. On GPUs (torch / CuPy) the calls are
+enqueued on the current stream; the checks copy back on that stream."""
+import pytest
+
+import peerlink
+from plmp import run_ranks
+
+SIZES = [0, 1, 8, 8193, 100000]
+
+
+def _ring(comm, ctx):
+    nxt, prv = (ctx.rank + 1) % ctx.world, (ctx.rank - 1) % ctx.world
+    cap = max(SIZES)
+    pub = ctx.empty(comm, cap)
+    comm.notify_ipc_tensor(prv, 5, pub)
+    comm.barrier()
+    for i, n in enumerate(SIZES):
+        src = ctx.random(max(n, 1), seed=100 * i + ctx.rank)
+        dst = ctx.empty(comm, max(n, 1))
+        with comm.group():
+            comm.send(src, nxt, nbytes=n)
+            comm.recv(dst, prv, nbytes=n)
+        if n:
+            ctx.expect_random(dst[:n], seed=100 * i + prv)
+        with comm.group():
+            comm.recv_published(prv, 5, n)
+            comm.send_published(src, nxt, 5, nbytes=n)
+        if n:
+            ctx.expect_random(pub[:n], seed=100 * i + prv)
+        comm.barrier()  # the peer checked before the next size overwrites its buffer
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ring_exchange_in_group(kind, world):
+    run_ranks(_ring, world=world, kind=kind)
+
+
+def _stream(comm, ctx):
+    peer = 1 - ctx.rank
+    for k in range(200):
+        if ctx.rank == 0:
+            comm.send(ctx.random(1000, seed=k), peer)
+        else:
+            dst = ctx.empty(comm, 1000)
+            comm.recv(dst, peer)
+            ctx.expect_random(dst, seed=k)
+
+
+def test_stream_without_groups(kind):
+    run_ranks(_stream, world=2, kind=kind)
+
+
+def _misuse(comm, ctx):
+    peer = 1 - ctx.rank
+    with pytest.raises(peerlink.InvalidArgument, match="do not nest"):
+        with comm.group():
+            with comm.group():
+                pass
+    buf = ctx.empty(comm, 64)
+    with pytest.raises(ValueError, match="nbytes 65"):
+        comm.send(buf, peer, nbytes=65)
+    with pytest.raises(peerlink.InvalidArgument, match="unknown buffer id 77"):
+        comm.recv_published(peer, 77, 8)
+    with pytest.raises(peerlink.InvalidArgument, match="outside"):
+        comm.send(buf, 9)
+    comm.barrier()
+
+
+def test_group_misuse_and_bad_input(kind):
+    run_ranks(_misuse, world=2, kind=kind)

@@ -1,0 +1,52 @@
+// Services the stream-ordered engine (stream_p2p.h) needs from the transport: the mapping of a
+// peer's published buffer at an exact version (sender), and the length this rank published under a
+// buffer id (receiver). Kept in their own file so the stream engine touches no transport internals.
+#include "common/log.h"
+#include "peerlink/errors.h"
+#include "transport/comm_impl.h"
+#include "transport/transport.h"
+
+namespace peerlink::detail {
+
+using common::cat;
+
+Binding Transport::bind_published(int peer, uint32_t buf_id, uint64_t version, size_t offset, size_t len,
+                                  const char* what) {
+  rethrow_worker_error();
+  check_peer(peer);
+  if (version == 0) throw InvalidArgument(cat(what, " to rank ", peer, ": version must be > 0 (buffer ", buf_id, ")"));
+  if (offset > SIZE_MAX - len)
+    throw InvalidArgument(cat(what, " to rank ", peer, ": offset ", offset, " + len ", len, " overflows"));
+  Publication pub = wait_publication(peer, buf_id, version, what);
+  if (pub.version > version)
+    throw InvalidArgument(cat(what, " to rank ", peer, ": stale version ", version, " for buffer ", buf_id,
+                              "; the receiver published version ", pub.version));
+  if (offset + len > pub.len)
+    throw InvalidArgument(cat(what, " to rank ", peer, ": [offset ", offset, ", +len ", len, ") exceeds buffer ", buf_id,
+                              " of ", pub.len, " bytes (version ", version, ")"));
+  return ipc_->bind(peer, pub);
+}
+
+uint64_t Transport::published_len(int peer, uint32_t buf_id) {
+  Peer& P = *peers_[peer];
+  std::lock_guard<std::mutex> g(P.pub_mu);
+  auto it = P.pubs.find(buf_id);
+  return it == P.pubs.end() ? 0 : it->second.len;
+}
+
+void* CommImpl::map_published(int peer, uint32_t buf_id, uint64_t version, size_t offset, size_t len,
+                              const char* what, std::shared_ptr<void>* hold) {
+  validate_peer(peer, what);
+  check_open();
+  Binding b = transport_->bind_published(peer, buf_id, version, offset, len, what);
+  *hold = b.map;  // keeps the mapping open while an operation uses it
+  return b.ptr + offset;
+}
+
+uint64_t CommImpl::local_published_len(int peer, uint32_t buf_id) {
+  validate_peer(peer, "recv");
+  check_open();
+  return transport_->published_len(peer, buf_id);
+}
+
+}  // namespace peerlink::detail

@@ -1,0 +1,156 @@
+// GPU side of the stream engine, host part: builds one StreamLaunch per stream of a batch and
+// enqueues it (no host synchronization, nothing allocated or copied at enqueue, so the launch can
+// be captured in a graph); reports what the kernels recorded in the host-mapped error word on the
+// next call; keeps the peer mappings a launch writes open until it has finished.
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "common/log.h"
+#include "gpu/runtime.h"
+#include "peerlink/errors.h"
+#include "transport/comm_impl.h"
+#include "transport/stream_launch.h"
+#include "transport/stream_p2p.h"
+
+namespace peerlink::detail {
+
+using common::cat;
+using namespace peerlink::stream;
+
+void StreamEngine::check_device_error() {
+  uint32_t w = __atomic_load_n(error_, __ATOMIC_ACQUIRE);
+  if (w == 0) return;
+  const uint32_t code = w & 0xff;
+  const int peer = int((w >> 8) & 0xffff);
+  if (peer < 0 || peer >= world_ || peer == rank_) throw Error(cat("stream engine: corrupt error word ", w));
+  if (code == kErrMismatch) {
+    // The channel stayed in step (the sender wrote nothing, the receiver drained): report, go on.
+    __atomic_store_n(error_, 0u, __ATOMIC_RELEASE);
+    throw InvalidArgument(cat("recv from rank ", peer, " (stream-ordered): a message's (buffer, offset, len) or "
+                              "length differed from the matching send; nothing was written"));
+  }
+  std::exception_ptr e;
+  try {
+    impl_.check_peer_alive(peer);  // PeerLostError when it died
+    if (code == kErrTimeout)
+      throw TimeoutError(cat("stream-ordered send/recv with rank ", peer, ": a device-side wait made no progress within ",
+                             impl_.options().timeout.count(), " ms (the peer stalled or never issued the matching call)"));
+    throw Error(cat("stream-ordered send/recv with rank ", peer, ": protocol violation seen on the device (code ",
+                    code, ")"));
+  } catch (...) {
+    e = std::current_exception();
+  }
+  // The kernels of this pair stop at once from now on (its abort word is set): the pair is broken.
+  broken_[peer] = e;
+  std::rethrow_exception(e);
+}
+
+void StreamEngine::reap_inflight(bool wait_all) {
+  auto deadline = std::chrono::steady_clock::now() + impl_.options().timeout;
+  size_t i = 0;
+  while (i < inflight_.size()) {
+    Inflight& f = inflight_[i];
+    bool done = gpu::event_query(f.event);
+    if (!done && wait_all && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      continue;
+    }
+    if (!done) {
+      if (!wait_all) break;  // launches finish roughly in order: the rest is younger
+      graph_holds_.insert(graph_holds_.end(), f.holds.begin(), f.holds.end());  // timed out: keep them
+      ++i;
+      continue;
+    }
+    free_events_.push_back(f.event);
+    inflight_.erase(inflight_.begin() + long(i));  // in launch order, so this is usually the front
+  }
+}
+
+void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
+  // Group by stream, keeping call order; validate every launch before enqueuing any, so a refused
+  // group moves nothing.
+  std::vector<void*> streams;
+  for (const StreamOp& op : ops)
+    if (std::find(streams.begin(), streams.end(), op.stream) == streams.end()) streams.push_back(op.stream);
+  std::vector<StreamLaunch> launches(streams.size());
+  std::vector<std::vector<std::shared_ptr<void>>> holds(streams.size());
+  for (size_t s = 0; s < streams.size(); ++s) {
+    StreamLaunch& L = launches[s];
+    L = StreamLaunch{};
+    L.slots = uint32_t(slots_);
+    L.chunk = chunk_;
+    L.timeout_ns = uint64_t(impl_.options().timeout.count()) * 1000000ull;
+    L.error = error_;  // mapped pinned memory: the same address on the device (UVA), as the collectives use it
+    // Channels in order of first appearance; each channel's ops contiguous, in call order.
+    std::vector<const StreamOp*> mine;
+    for (const StreamOp& op : ops)
+      if (op.stream == streams[s]) mine.push_back(&op);
+    int nops = 0;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const StreamOp& head = *mine[i];
+      bool seen = false;
+      for (int c = 0; c < L.nch; ++c) seen |= L.ch[c].peer == head.peer && L.ch[c].kind == int(head.kind);
+      if (seen) continue;
+      if (L.nch == kMaxLaunchChannels)
+        throw UnsupportedError(cat("a group on one stream uses more than ", kMaxLaunchChannels,
+                                   " (peer, direction, form) channels; split it across streams"));
+      DevChannel& ch = L.ch[L.nch++];
+      ch.kind = int(head.kind);
+      ch.peer = head.peer;
+      ch.first_op = nops;
+      ch.mine = this->mine(head.peer);
+      ch.remote = remote_[head.peer];
+      for (size_t j = i; j < mine.size(); ++j) {
+        const StreamOp& op = *mine[j];
+        if (op.peer != head.peer || op.kind != head.kind) continue;
+        if (nops == kMaxLaunchOps)
+          throw UnsupportedError(cat("a group on one stream holds more than ", kMaxLaunchOps,
+                                     " operations on a GPU; split it into several groups"));
+        DevOp& d = L.ops[nops++];
+        d.src = op.src;
+        d.dst = op.dst;
+        d.len = op.len;
+        d.offset = op.offset;
+        d.buf_id = op.buf_id;
+        ++ch.nops;
+        if (op.hold) holds[s].push_back(op.hold);
+      }
+    }
+  }
+  // Finished launches let go of their mappings; never while capturing (no event queries inside a
+  // capture: with the thread-local capture mode they would invalidate it).
+  bool capturing = false;
+  for (void* st : streams) capturing |= gpu::stream_is_capturing(st);
+  if (!capturing) reap_inflight(false);
+  const int prev = gpu::current_device();
+  if (prev != impl_.device()) gpu::set_device(impl_.device());
+  try {
+    for (size_t s = 0; s < streams.size(); ++s) {
+      launch_stream_batch(launches[s], streams[s]);
+      if (gpu::stream_is_capturing(streams[s])) {
+        // A graph may replay this launch at any time: its mappings stay open with the engine
+        // (once each: captures of the same buffers add nothing).
+        for (auto& h : holds[s])
+          if (std::find(graph_holds_.begin(), graph_holds_.end(), h) == graph_holds_.end()) graph_holds_.push_back(h);
+        continue;
+      }
+      Inflight f;
+      if (!free_events_.empty()) {
+        f.event = free_events_.back();
+        free_events_.pop_back();
+      } else {
+        f.event = gpu::event_create();
+      }
+      f.holds = std::move(holds[s]);
+      gpu::event_record(f.event, streams[s]);
+      inflight_.push_back(std::move(f));
+    }
+  } catch (...) {
+    if (prev != impl_.device()) gpu::set_device(prev);
+    throw;
+  }
+  if (prev != impl_.device()) gpu::set_device(prev);
+}
+
+}  // namespace peerlink::detail

@@ -1,0 +1,103 @@
+// Shared-memory layout of the stream-ordered point-to-point engine (stream_p2p.h), used by the host
+// implementation (stream_host.cpp) and, for GPUs, by the kernels. Plain integers only (no
+// std::atomic): host code accesses them with __atomic builtins, device code with volatile loads and
+// system-scope release stores.
+//
+// Every rank owns one "area" (an exportable allocation of its device, or host SHM), published to
+// each peer under the reserved buffer id kAreaBufId. Section q of rank r's area holds:
+//   - the words peer q writes for r (q's posted recvs from r, q's ready messages/chunks to r,
+//     q's consumed chunks of r's messages), each on its own cache line;
+//   - the descriptor rings q fills before those release stores;
+//   - r's own sequence counters for the pair (r, q) (device-resident on GPUs, so a graph replay
+//     advances them: nothing host-side is baked into a captured launch);
+//   - the staging slots that q's NCCL-form messages to r are copied through.
+// A waiter always spins on its own area; the peer writes remotely (one store crosses the link).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace peerlink::stream {
+
+// Buffer ids at or above kReservedBufBase belong to the library (the stream engine publishes its
+// area under kAreaBufId); user calls naming them get InvalidArgument.
+constexpr uint32_t kReservedBufBase = 0xFFFFFF00u;
+constexpr uint32_t kAreaBufId = 0xFFFFFF01u;
+constexpr uint64_t kAreaMagic = 0x706c5354524d3031ull;  // "plSTRM01"
+constexpr int kDescRing = 64;   // published-form recvs posted ahead of completion, per pair
+constexpr int kMaxSlots = 16;   // NCCL-form staging slots per ordered pair (at most)
+
+// Status of a published-form message (ReadyDesc::status).
+constexpr uint32_t kStatusOk = 1;
+constexpr uint32_t kStatusMismatch = 2;  // the sender's (buf_id, offset, len) differed: nothing written
+
+struct alignas(64) Line {
+  uint64_t v;
+  uint64_t pad[7];
+};
+
+struct AreaHeader {
+  uint64_t magic;
+  uint64_t world;
+  uint64_t slots;          // NCCL-form staging slots per pair
+  uint64_t chunk;          // bytes per staging slot
+  uint64_t section_bytes;  // bytes per peer section (flags + staging)
+  uint64_t pad[3];
+};
+
+// Written by the receiver together with `pub_posted`: what its k-th published-form recv expects.
+struct PostDesc {
+  uint64_t seq;
+  uint64_t offset;
+  uint64_t len;
+  uint32_t buf_id;
+  uint32_t pad;
+};
+// Written by the sender before `pub_ready`: how its k-th published-form send went, and what it named.
+struct ReadyDesc {
+  uint64_t seq;
+  uint64_t offset;
+  uint64_t len;
+  uint32_t buf_id;
+  uint32_t status;
+};
+// Written by the sender with the bytes of a staged chunk, before `raw_ready`.
+struct ChunkHdr {
+  uint64_t msg;        // 1-based NCCL-form message number of the pair
+  uint64_t msg_len;    // total bytes of that message
+  uint64_t chunk_off;  // offset of this chunk inside the message
+  uint64_t chunk_len;
+};
+
+struct PairSection {
+  // Written by the peer q (remote stores into this rank's area).
+  Line pub_posted;    // q posted its pub_posted-th published-form recv from this rank
+  Line pub_ready;     // q's pub_ready-th published-form send to this rank has landed
+  Line raw_ready;     // q staged raw_ready chunks (total) into this section's slots
+  Line raw_consumed;  // q copied out raw_consumed chunks (total) of this rank's messages to q
+  PostDesc post[kDescRing];
+  ReadyDesc ready[kDescRing];
+  ChunkHdr hdr[kMaxSlots];
+  // This rank's own counters for the pair (only this rank writes them).
+  Line pub_sent;      // published-form sends issued to q
+  Line pub_recvd;     // published-form recvs issued from q
+  Line raw_sent_msgs, raw_sent_chunks;   // NCCL-form messages/chunks issued to q
+  Line raw_recvd_msgs, raw_recvd_chunks; // NCCL-form messages/chunks issued from q
+  Line error;         // GPU: first device-side failure on this pair (see stream_kernels.cu)
+};
+
+constexpr size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+constexpr size_t kHeaderBytes = 4096;
+constexpr size_t flags_bytes() { return round_up(sizeof(PairSection), 4096); }
+constexpr size_t section_bytes(size_t slots, size_t chunk) { return flags_bytes() + slots * chunk; }
+constexpr size_t area_bytes(int world, size_t slots, size_t chunk) {
+  return kHeaderBytes + size_t(world) * section_bytes(slots, chunk);
+}
+
+inline PairSection* section(void* area, int q, size_t sec_bytes) {
+  return reinterpret_cast<PairSection*>(static_cast<char*>(area) + kHeaderBytes + size_t(q) * sec_bytes);
+}
+inline char* staging(PairSection* s, size_t slot, size_t chunk) {
+  return reinterpret_cast<char*>(s) + flags_bytes() + slot * chunk;
+}
+
+}  // namespace peerlink::stream

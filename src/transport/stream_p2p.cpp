@@ -1,0 +1,279 @@
+// Stream engine: setup (area, publication under the reserved id, binding of the peers' areas),
+// argument validation, groups and the per-peer broken state. Data movement: stream_host.cpp (host
+// backend, synchronous) and stream_gpu.cpp + stream_kernels.cu (GPUs, stream-ordered).
+#include "transport/stream_p2p.h"
+
+#include <cstring>
+
+#include "common/log.h"
+#include "gpu/runtime.h"
+#include "peerlink/errors.h"
+#include "transport/comm_impl.h"
+
+namespace peerlink::detail {
+
+using common::cat;
+using namespace peerlink::stream;
+
+namespace {
+// Host: small chunks so CI exercises multi-chunk messages and slot reuse with small buffers.
+// GPU: 1 MB slots, 4 per pair (pipelined copy-in / copy-out of large messages).
+constexpr size_t kHostChunk = 8 << 10, kHostSlots = 8;
+constexpr size_t kGpuChunk = 1 << 20, kGpuSlots = 4;
+
+std::mutex& setup_mutex() {
+  static std::mutex m;  // guards only the check-and-create of the per-communicator slot
+  return m;
+}
+}  // namespace
+
+StreamEngine& stream_engine(CommImpl& impl) {
+  impl.check_usable();
+  std::lock_guard<std::mutex> g(setup_mutex());
+  std::shared_ptr<void>& slot = impl.upper_state("stream");
+  if (!slot) slot = std::make_shared<StreamEngine>(impl);
+  return *static_cast<StreamEngine*>(slot.get());
+}
+
+StreamEngine::StreamEngine(CommImpl& impl) : impl_(impl) {
+  rank_ = impl.rank();
+  world_ = impl.world_size();
+  gpu::Backend& be = impl.backend();
+  host_ = be.is_host();
+  slots_ = host_ ? kHostSlots : kGpuSlots;
+  chunk_ = host_ ? kHostChunk : kGpuChunk;
+  static_assert(kHostSlots <= size_t(kMaxSlots) && kGpuSlots <= size_t(kMaxSlots), "slots");
+  sec_bytes_ = section_bytes(slots_, chunk_);
+  area_len_ = area_bytes(world_, slots_, chunk_);
+  remote_.assign(world_, nullptr);
+  remote_hold_.resize(world_);
+  pub_completed_.assign(world_, 0);
+  broken_.resize(world_);
+
+  area_ = be.alloc(area_len_);
+  try {
+    AreaHeader h{};
+    h.magic = kAreaMagic;
+    h.world = uint64_t(world_);
+    h.slots = slots_;
+    h.chunk = chunk_;
+    h.section_bytes = sec_bytes_;
+    if (host_) {
+      std::memset(area_, 0, area_len_);  // counters start at 0 (flags need no reset later)
+      std::memcpy(area_, &h, sizeof h);
+    } else {
+      gpu::set_device(impl.device());
+      gpu::memset_sync(area_, 0, area_len_);
+      be.copy_sync(area_, &h, sizeof h);
+      gpu::stream_sync(nullptr);  // zeroed before any peer can learn the handle
+      error_ = static_cast<uint32_t*>(gpu::host_alloc_mapped(64));
+    }
+    // Published to every peer now (non-blocking), so a peer's first call with this rank only waits
+    // for this rank to have made any stream call, never for a call with that peer in particular.
+    for (int q = 0; q < world_; ++q)
+      if (q != rank_) impl.notify_ipc_buffer(q, kAreaBufId, area_, area_len_, 1);
+  } catch (...) {
+    try {
+      be.free(area_);
+      if (error_) gpu::host_free_mapped(error_);
+    } catch (...) {
+    }
+    throw;
+  }
+}
+
+StreamEngine::~StreamEngine() {
+  try {
+    if (!host_) reap_inflight(true);  // no kernel of ours may still touch the area (bounded wait)
+  } catch (...) {
+  }
+  graph_holds_.clear();
+  remote_hold_.clear();
+  try {
+    impl_.backend().free(area_);
+  } catch (...) {
+  }
+  try {
+    for (void* e : free_events_) gpu::event_destroy(e);
+    if (error_) gpu::host_free_mapped(error_);
+  } catch (...) {
+  }
+}
+
+void StreamEngine::check_peer_usable(int peer, const char* what) {
+  if (peer < 0 || peer >= world_)
+    throw InvalidArgument(cat(what, ": peer ", peer, " is outside [0, ", world_, ")"));
+  if (peer == rank_) throw InvalidArgument(cat(what, ": peer ", peer, " is this rank itself"));
+}
+
+// After the arguments were validated (bad input is reported as such even when the peer is gone).
+void StreamEngine::check_pair(int peer) {
+  if (!host_) check_device_error();
+  if (broken_[peer]) std::rethrow_exception(broken_[peer]);
+  impl_.check_peer_alive(peer);
+}
+
+// GPU: the kernels read and write any device-accessible memory of this device.
+static void check_device_memory(bool host, const void* p, size_t len, const char* what, int peer) {
+  if (host || len == 0) return;
+  if (!gpu::is_device_pointer(p))
+    throw InvalidArgument(cat(what, peer, ": ", p, " is not device memory (", len,
+                              " bytes); stream-ordered calls on a GPU communicator take device buffers"));
+}
+
+// Maps peer's area (waits, bounded, for the peer's first stream call) and checks its geometry.
+void StreamEngine::bind_peer(int peer) {
+  if (remote_[peer]) return;
+  // The kernels store straight into the peer's memory: a pair without peer access (relay path)
+  // has no stream-ordered path yet.
+  if (!host_ && impl_.path_to(peer) != Path::Direct)
+    throw UnsupportedError(cat("stream-ordered send/recv with rank ", peer, ": the pair uses the ",
+                               to_string(impl_.path_to(peer)), " path (no peer access); only direct pairs are supported"));
+  std::shared_ptr<void> hold;
+  void* base = impl_.map_published(peer, kAreaBufId, 1, 0, area_len_, "stream setup", &hold);
+  AreaHeader h{};
+  impl_.backend().copy_sync(&h, base, sizeof h);
+  if (h.magic != kAreaMagic || h.world != uint64_t(world_) || h.slots != slots_ || h.chunk != chunk_ ||
+      h.section_bytes != sec_bytes_)
+    throw Error(cat("stream setup with rank ", peer, ": its area has magic ", h.magic, ", ", h.world, " ranks, ", h.slots,
+                    " slots of ", h.chunk, " bytes, sections of ", h.section_bytes, "; this rank expects ", world_, "/",
+                    slots_, "/", chunk_, "/", sec_bytes_, " (different library builds or backends?)"));
+  remote_[peer] = section(base, rank_, sec_bytes_);
+  remote_hold_[peer] = std::move(hold);
+}
+
+void StreamEngine::send_pub(int peer, const void* src, size_t len, uint32_t buf_id, size_t offset,
+                            uint64_t version, void* stream) {
+  std::lock_guard<std::recursive_mutex> g(mu_);
+  check_peer_usable(peer, "send");
+  if (!src && len > 0) throw InvalidArgument(cat("send to rank ", peer, ": src is null (len ", len, ")"));
+  check_device_memory(host_, src, len, "send to rank ", peer);
+  if (buf_id >= kReservedBufBase)
+    throw InvalidArgument(cat("send to rank ", peer, ": buffer id ", buf_id, " is reserved (ids >= ", kReservedBufBase,
+                              " belong to the library)"));
+  if (version == 0)
+    throw InvalidArgument(cat("send to rank ", peer, ": version must be > 0 for the published-buffer form (buffer ",
+                              buf_id, "); use send(peer, src, len, stream) for unpublished buffers"));
+  check_pair(peer);
+  bind_peer(peer);
+  StreamOp op;
+  op.kind = StreamOpKind::SendPub;
+  op.peer = peer;
+  op.src = static_cast<const char*>(src);
+  op.len = len;
+  op.buf_id = buf_id;
+  op.offset = offset;
+  op.version = version;
+  op.stream = stream;
+  op.dst = static_cast<char*>(impl_.map_published(peer, buf_id, version, offset, len, "send", &op.hold));
+  submit(std::move(op));
+}
+
+void StreamEngine::recv_pub(int peer, uint32_t buf_id, size_t offset, size_t len, void* stream) {
+  std::lock_guard<std::recursive_mutex> g(mu_);
+  check_peer_usable(peer, "recv");
+  if (buf_id >= kReservedBufBase)
+    throw InvalidArgument(cat("recv from rank ", peer, ": buffer id ", buf_id, " is reserved (ids >= ",
+                              kReservedBufBase, " belong to the library)"));
+  if (offset > SIZE_MAX - len)
+    throw InvalidArgument(cat("recv from rank ", peer, ": offset ", offset, " + len ", len, " overflows"));
+  uint64_t pub_len = impl_.local_published_len(peer, buf_id);
+  if (pub_len == 0)
+    throw InvalidArgument(cat("recv from rank ", peer, ": unknown buffer id ", buf_id,
+                              " (publish it to that peer with notify_ipc_buffer first)"));
+  if (offset + len > pub_len)
+    throw InvalidArgument(cat("recv from rank ", peer, ": [offset ", offset, ", +len ", len, ") exceeds buffer ", buf_id,
+                              " of ", pub_len, " bytes"));
+  check_pair(peer);
+  bind_peer(peer);
+  StreamOp op;
+  op.kind = StreamOpKind::RecvPub;
+  op.peer = peer;
+  op.len = len;
+  op.buf_id = buf_id;
+  op.offset = offset;
+  op.stream = stream;
+  submit(std::move(op));
+}
+
+void StreamEngine::send_raw(int peer, const void* src, size_t len, void* stream) {
+  std::lock_guard<std::recursive_mutex> g(mu_);
+  check_peer_usable(peer, "send");
+  if (!src && len > 0) throw InvalidArgument(cat("send to rank ", peer, ": src is null (len ", len, ")"));
+  check_device_memory(host_, src, len, "send to rank ", peer);
+  check_pair(peer);
+  bind_peer(peer);
+  StreamOp op;
+  op.kind = StreamOpKind::SendRaw;
+  op.peer = peer;
+  op.src = static_cast<const char*>(src);
+  op.len = len;
+  op.stream = stream;
+  submit(std::move(op));
+}
+
+void StreamEngine::recv_raw(int peer, void* dst, size_t len, void* stream) {
+  std::lock_guard<std::recursive_mutex> g(mu_);
+  check_peer_usable(peer, "recv");
+  if (!dst && len > 0) throw InvalidArgument(cat("recv from rank ", peer, ": dst is null (len ", len, ")"));
+  check_device_memory(host_, dst, len, "recv from rank ", peer);
+  check_pair(peer);
+  bind_peer(peer);
+  StreamOp op;
+  op.kind = StreamOpKind::RecvRaw;
+  op.peer = peer;
+  op.dst = static_cast<char*>(dst);
+  op.len = len;
+  op.stream = stream;
+  submit(std::move(op));
+}
+
+void StreamEngine::group_start() {
+  std::lock_guard<std::recursive_mutex> g(mu_);
+  if (in_group_)
+    throw InvalidArgument(cat("group_start: a group is already open on this communicator (rank ", rank_, ", ",
+                              group_.size(), " operations queued); groups do not nest"));
+  in_group_ = true;
+}
+
+void StreamEngine::group_end() {
+  std::lock_guard<std::recursive_mutex> g(mu_);
+  if (!host_) check_device_error();
+  if (!in_group_) throw InvalidArgument(cat("group_end without group_start (rank ", rank_, ")"));
+  in_group_ = false;
+  std::vector<StreamOp> ops;
+  ops.swap(group_);
+  if (!ops.empty()) run(ops);
+}
+
+void StreamEngine::submit(StreamOp op) {
+  if (in_group_) {
+    group_.push_back(std::move(op));
+    return;
+  }
+  std::vector<StreamOp> ops;
+  ops.push_back(std::move(op));
+  run(ops);
+}
+
+void StreamEngine::run(std::vector<StreamOp>& ops) {
+  // A peer broken by an earlier op of this batch: refuse the batch before anything moves.
+  for (const StreamOp& op : ops)
+    if (broken_[op.peer]) std::rethrow_exception(broken_[op.peer]);
+  try {
+    if (host_) run_host(ops);
+    else run_gpu(ops);
+  } catch (const InvalidArgument&) {
+    throw;  // a mismatch reported after the batch completed: the channels are consistent
+  } catch (...) {
+    mark_broken(ops, std::current_exception());
+    throw;
+  }
+}
+
+void StreamEngine::mark_broken(const std::vector<StreamOp>& ops, std::exception_ptr e) {
+  for (const StreamOp& op : ops)
+    if (!op.done && !broken_[op.peer]) broken_[op.peer] = e;
+}
+
+}  // namespace peerlink::detail

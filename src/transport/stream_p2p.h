@@ -1,0 +1,140 @@
+// Stream-ordered point-to-point (Communicator::send / recv / group_start / group_end): one engine per
+// communicator, created on the first such call and kept in CommImpl::upper_state("stream") (so it
+// is destroyed before the transport closes).
+//
+// Protocol (both forms, per ordered pair, flags in the receiver's / sender's area: stream_layout.h):
+//   published form  recv k: write PostDesc k into the sender's area, release-store pub_posted = k;
+//                   send k: wait pub_posted >= k, compare the PostDesc with its own (buf_id, offset,
+//                   len): equal -> copy into the published buffer; else write nothing. Then write
+//                   ReadyDesc k (status) into the receiver's area and release-store pub_ready = k;
+//                   recv k completes when pub_ready >= k (mismatch -> InvalidArgument on both sides).
+//   NCCL form       chunks (Options-independent geometry, AreaHeader) through the receiver-owned
+//                   staging slots of the pair: chunk g waits raw_consumed >= g + 1 - slots, copies,
+//                   writes ChunkHdr, release-stores raw_ready = g + 1; the receiver copies chunk g out
+//                   and release-stores raw_consumed = g + 1. A zero-byte message is one empty chunk.
+// The two forms are separate FIFO channels (a published-form send is matched only by a
+// published-form recv), and both are separate from the host-driven isend/irecv channel: mixing
+// them on one pair is allowed and each channel keeps its own order. (They share no counters, so
+// nothing can be mismatched across channels; the caller orders them with its streams.)
+//
+// Host backend: every call runs synchronously on the calling thread (stream ignored). A group
+// queues its operations and group_end progresses all of them together (non-blocking state
+// machine), so any pattern whose every rank issues its part inside one group completes.
+// Groups are per communicator (not per thread): group_start on one thread collects the calls of
+// every thread of the communicator until group_end. Nested group_start and group_end without
+// group_start are InvalidArgument (they are bugs in the caller's pairing, not something to count).
+// GPUs: one kernel per (batch, stream) (stream_launch.h); nothing host-side waits, allocates or
+// queries events while the stream is being captured, but the first call with a peer (it maps the
+// peer's area and reads its header) and the first send to a newly published buffer version (it
+// maps that buffer) must be made outside a capture, as an eager warm-up call. A channel's
+// counters are read when its kernel starts: calls of one (peer, direction, form) issued on several
+// streams must be ordered by the caller (events), as NCCL requires for one communicator. On GPUs a
+// published-form mismatch is reported on the receiver only (the sending kernel cannot throw).
+// Bad input is rejected when the call is made (InvalidArgument, nothing queued or written); a
+// failure while moving data (timeout, peer lost, protocol violation) breaks the channels of the
+// peers involved: later calls with them rethrow that error.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "transport/stream_layout.h"
+
+namespace peerlink::detail {
+
+class CommImpl;
+
+enum class StreamOpKind : int { SendPub = 0, RecvPub = 1, SendRaw = 2, RecvRaw = 3 };
+
+struct StreamOp {
+  StreamOpKind kind = StreamOpKind::SendPub;
+  int peer = -1;
+  const char* src = nullptr;  // sends
+  char* dst = nullptr;        // SendPub: mapped destination in the published buffer; RecvRaw: user buffer
+  size_t len = 0;
+  uint32_t buf_id = 0;        // published form
+  size_t offset = 0;
+  uint64_t version = 0;
+  void* stream = nullptr;
+  std::shared_ptr<void> hold;  // SendPub: keeps the destination mapping open
+
+  // Host progress (stream_host.cpp).
+  uint64_t seq = 0;          // 1-based message number in its channel
+  uint64_t first_chunk = 0;  // NCCL form: global (0-based) number of its first chunk
+  uint64_t nchunks = 0;
+  uint64_t chunks_done = 0;
+  uint64_t msg_len = 0;      // RecvRaw: the sender's length (differs from len on a mismatch: drained)
+  bool drain = false;        // RecvRaw on a length mismatch: consume the chunks, write nothing
+  bool posted = false;
+  bool done = false;
+  std::exception_ptr error;  // a mismatch, reported after the whole batch moved
+};
+
+class StreamEngine {
+ public:
+  explicit StreamEngine(CommImpl& impl);
+  ~StreamEngine();
+  StreamEngine(const StreamEngine&) = delete;
+  StreamEngine& operator=(const StreamEngine&) = delete;
+
+  void send_pub(int peer, const void* src, size_t len, uint32_t buf_id, size_t offset, uint64_t version,
+                void* stream);
+  void recv_pub(int peer, uint32_t buf_id, size_t offset, size_t len, void* stream);
+  void send_raw(int peer, const void* src, size_t len, void* stream);
+  void recv_raw(int peer, void* dst, size_t len, void* stream);
+  void group_start();
+  void group_end();
+
+  size_t chunk_bytes() const { return chunk_; }
+  size_t slots() const { return slots_; }
+
+ private:
+  void check_peer_usable(int peer, const char* what);  // range only
+  void check_pair(int peer);  // device errors, broken channels, liveness
+  void bind_peer(int peer);
+  void submit(StreamOp op);
+  void run(std::vector<StreamOp>& ops);
+  void run_host(std::vector<StreamOp>& ops);   // stream_host.cpp
+  void run_gpu(std::vector<StreamOp>& ops);    // stream_gpu.cpp: one kernel per stream, no host wait
+  void check_device_error();                   // stream_gpu.cpp: what earlier kernels recorded
+  void reap_inflight(bool wait_all);           // stream_gpu.cpp: drop mappings of finished launches
+  void mark_broken(const std::vector<StreamOp>& ops, std::exception_ptr e);
+
+  stream::PairSection* mine(int q) const { return stream::section(area_, q, sec_bytes_); }
+
+  CommImpl& impl_;
+  int rank_ = 0;
+  int world_ = 0;
+  bool host_ = true;
+  size_t slots_ = 0;
+  size_t chunk_ = 0;
+  size_t sec_bytes_ = 0;
+  size_t area_len_ = 0;
+  void* area_ = nullptr;                           // this rank's area
+  std::vector<stream::PairSection*> remote_;       // [q]: section `rank_` of q's area, mapped here
+  std::vector<std::shared_ptr<void>> remote_hold_;
+  std::vector<uint64_t> pub_completed_;            // [q]: published-form recvs from q completed
+  std::vector<std::exception_ptr> broken_;         // [q]: the error that broke the pair's channels
+
+  // GPU only.
+  uint32_t* error_ = nullptr;  // host-mapped error word the kernels write (stream_launch.h)
+  struct Inflight {
+    void* event = nullptr;  // recorded after the launch (eager launches only)
+    std::vector<std::shared_ptr<void>> holds;
+  };
+  std::vector<Inflight> inflight_;
+  std::vector<void*> free_events_;
+  std::vector<std::shared_ptr<void>> graph_holds_;  // mappings a captured launch writes: kept for good
+
+  std::recursive_mutex mu_;  // one batch at a time; guards the group and the counters
+  bool in_group_ = false;
+  std::vector<StreamOp> group_;
+};
+
+// The communicator's engine, created (and its area published to every peer) on first use.
+StreamEngine& stream_engine(CommImpl& impl);
+
+}  // namespace peerlink::detail

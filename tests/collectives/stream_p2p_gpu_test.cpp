@@ -1,0 +1,296 @@
+// Stream-ordered send/recv on GPUs (2 ranks, device = rank). Runs only when PEERLINK_TEST_GPUS >= 2:
+//   make BACKEND=cuda BUILD=build-cuda -j lib tests
+//   PEERLINK_TEST_GPUS=2 build-cuda/bin/peerlink_tests --gtest_filter='StreamGpu*'
+// The parent never touches the GPU runtime before forking. Payloads are verified on the host.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "gpu/runtime.h"
+#include "peerlink/peerlink.h"
+#include "support/mp.h"
+
+namespace {
+
+using namespace pltest;
+using namespace peerlink;
+namespace gpu = peerlink::gpu;
+using std::chrono::milliseconds;
+
+bool have_gpus() {
+  const char* v = std::getenv("PEERLINK_TEST_GPUS");
+  return v && std::atoi(v) >= 2;
+}
+#define REQUIRE_GPUS() \
+  if (!have_gpus()) GTEST_SKIP() << "set PEERLINK_TEST_GPUS=2 on a machine with 2 GPUs"
+
+Options opts(int timeout_ms = 30000) {
+  Options o = Options::from_env();
+  o.timeout = milliseconds(timeout_ms);
+  return o;
+}
+
+struct Dev {
+  char* p = nullptr;
+  size_t n = 0;
+  explicit Dev(size_t bytes) : p(static_cast<char*>(gpu::device_malloc(bytes ? bytes : 1))), n(bytes) {
+    gpu::memset_sync(p, 0, bytes ? bytes : 1);
+  }
+  ~Dev() { gpu::device_free(p); }
+  void fill(uint64_t tag) {
+    std::vector<char> h(n);
+    fill_pattern(h.data(), n, tag);
+    gpu::memcpy_sync(p, h.data(), n);
+  }
+  size_t check(size_t off, size_t len, uint64_t tag) const {
+    std::vector<char> h(len);
+    gpu::memcpy_sync(h.data(), p + off, len);
+    return check_pattern(h.data(), len, tag);
+  }
+  bool zero() const {
+    std::vector<char> h(n);
+    gpu::memcpy_sync(h.data(), p, n);
+    for (char c : h)
+      if (c) return false;
+    return true;
+  }
+};
+
+// Checks the errors the kernels recorded (an empty group runs the check).
+void poll(Communicator& c) {
+  c.group_start();
+  c.group_end();
+}
+
+}  // namespace
+
+// Both forms, sizes from empty to 64 MB (multi-chunk pipelining through the 4 x 1 MB staging slots),
+// exchanged in one group on one stream each way.
+TEST(StreamGpu, ExchangeBothForms) {
+  REQUIRE_GPUS();
+  std::string uid = unique_test_id("sg-ex");
+  std::string fail = run_ranks(2, [&](int rank) {
+    gpu::set_device(rank);
+    Communicator comm(uid, rank, 2, rank, opts());
+    const int peer = 1 - rank;
+    const size_t sizes[] = {0, 8, 4099, size_t(1) << 20, (size_t(3) << 20) + 5, size_t(64) << 20};
+    const size_t cap = size_t(64) << 20;
+    Dev src(cap), dst(cap), pub(cap);
+    comm.notify_ipc_buffer(peer, 1, pub.p, cap, 1);
+    comm.barrier();
+    gpu::Stream s = gpu::stream_create();
+    uint64_t k = 0;
+    for (size_t len : sizes) {
+      for (int form = 0; form < 2; ++form, ++k) {
+        src.n = len;
+        src.fill(uint64_t(rank) * 1000 + k);
+        comm.group_start();
+        if (form == 0) {
+          comm.send(peer, src.p, len, s);
+          comm.recv(peer, dst.p, len, s);
+        } else {
+          comm.send(peer, src.p, len, 1, 0, 1, s);
+          comm.recv(peer, 1, 0, len, s);
+        }
+        comm.group_end();
+        gpu::stream_sync(s);
+        poll(comm);
+        const Dev& got = form == 0 ? dst : pub;
+        size_t bad = got.check(0, len, uint64_t(peer) * 1000 + k);
+        MP_CHECK_MSG(bad == SIZE_MAX, "form " << form << " len " << len << " byte " << bad);
+        comm.barrier();
+      }
+    }
+    gpu::stream_destroy(s);
+  }, milliseconds(180000));
+  EXPECT_EQ(fail, "");
+}
+
+// Thousands of messages enqueued without any host wait (rank 0 sends, rank 1 receives into distinct
+// slices), both forms interleaved; verified in order after one stream sync.
+TEST(StreamGpu, ThousandsInFlight) {
+  REQUIRE_GPUS();
+  std::string uid = unique_test_id("sg-many");
+  std::string fail = run_ranks(2, [&](int rank) {
+    gpu::set_device(rank);
+    Communicator comm(uid, rank, 2, rank, opts());
+    const int kMsgs = 2000;
+    const size_t kLen = 1000;
+    Dev src(kMsgs * kLen), dst(kMsgs * kLen), pub(kMsgs * kLen);
+    if (rank == 1) comm.notify_ipc_buffer(0, 2, pub.p, kMsgs * kLen, 1);
+    comm.barrier();
+    gpu::Stream s = gpu::stream_create();
+    if (rank == 0) {
+      std::vector<char> h(kMsgs * kLen);
+      for (int i = 0; i < kMsgs; ++i) fill_pattern(h.data() + i * kLen, kLen, uint64_t(i));
+      gpu::memcpy_sync(src.p, h.data(), h.size());
+    }
+    for (int i = 0; i < kMsgs; ++i) {
+      if (rank == 0) {
+        comm.send(1, src.p + i * kLen, kLen, s);
+        if (i % 4 == 0) comm.send(1, src.p + i * kLen, kLen, 2, size_t(i) * kLen, 1, s);
+      } else {
+        comm.recv(0, dst.p + i * kLen, kLen, s);
+        if (i % 4 == 0) comm.recv(0, 2, size_t(i) * kLen, kLen, s);
+      }
+    }
+    gpu::stream_sync(s);
+    poll(comm);
+    if (rank == 1)
+      for (int i = 0; i < kMsgs; ++i) {
+        MP_CHECK_MSG(dst.check(i * kLen, kLen, uint64_t(i)) == SIZE_MAX, "message " << i);
+        if (i % 4 == 0) MP_CHECK_MSG(pub.check(i * kLen, kLen, uint64_t(i)) == SIZE_MAX, "published message " << i);
+      }
+    comm.barrier();
+    gpu::stream_destroy(s);
+  }, milliseconds(180000));
+  EXPECT_EQ(fail, "");
+}
+
+// A group {send, recv} per form captured once and replayed 1,000 times with a new payload each
+// time: the device-resident sequence counters move every replay's messages, in order.
+TEST(StreamGpu, GraphReplay1000) {
+  REQUIRE_GPUS();
+  std::string uid = unique_test_id("sg-graph");
+  std::string fail = run_ranks(2, [&](int rank) {
+    gpu::set_device(rank);
+    Communicator comm(uid, rank, 2, rank, opts());
+    const int peer = 1 - rank;
+    const size_t kSmall = 4096, kBig = (size_t(2) << 20) + 17;
+    Dev a(kSmall), b(kBig), ra(kSmall), rb(kBig), pub(kSmall);
+    comm.notify_ipc_buffer(peer, 3, pub.p, kSmall, 1);
+    comm.barrier();
+    gpu::Stream s = gpu::stream_create();
+    poll(comm);  // engine set up (and areas mapped) outside the capture
+    comm.group_start();
+    comm.send(peer, a.p, kSmall, 3, 0, 1, s);
+    comm.send(peer, b.p, kBig, s);
+    comm.recv(peer, 3, 0, kSmall, s);
+    comm.recv(peer, rb.p, kBig, s);
+    comm.group_end();  // eager round first: maps everything
+    gpu::stream_sync(s);
+    gpu::stream_begin_capture(s);
+    comm.group_start();
+    comm.send(peer, a.p, kSmall, 3, 0, 1, s);
+    comm.send(peer, b.p, kBig, s);
+    comm.recv(peer, 3, 0, kSmall, s);
+    comm.recv(peer, rb.p, kBig, s);
+    comm.group_end();
+    gpu::GraphExec g = gpu::stream_end_capture(s);
+    for (int rep = 0; rep < 1000; ++rep) {
+      a.fill(uint64_t(rep) * 4 + rank);
+      if (rep % 50 == 0) b.fill(uint64_t(rep) * 4 + 2 + rank);
+      gpu::graph_launch(g, s);
+      gpu::stream_sync(s);
+      MP_CHECK_MSG(pub.check(0, kSmall, uint64_t(rep) * 4 + peer) == SIZE_MAX, "replay " << rep);
+      if (rep % 50 == 0) MP_CHECK_MSG(rb.check(0, kBig, uint64_t(rep) * 4 + 2 + peer) == SIZE_MAX, "replay " << rep);
+      comm.barrier();  // the peer read its result before our next replay overwrites it
+    }
+    poll(comm);
+    gpu::graph_destroy(g);
+    gpu::stream_destroy(s);
+  }, milliseconds(240000));
+  EXPECT_EQ(fail, "");
+}
+
+// Failures: a mismatched published-form message (InvalidArgument on the receiver's next call,
+// nothing written, the channel still works) and a stalled peer (the device wait ends at the
+// timeout: TimeoutError) — the GPU never hangs.
+TEST(StreamGpu, MismatchAndStall) {
+  REQUIRE_GPUS();
+  std::string uid = unique_test_id("sg-fail");
+  std::string fail = run_ranks(2, [&](int rank) {
+    gpu::set_device(rank);
+    Communicator comm(uid, rank, 2, rank, opts(1500));
+    Dev src(4096), dst(4096), pub(4096);
+    comm.notify_ipc_buffer(1 - rank, 4, pub.p, 4096, 1);
+    comm.barrier();
+    gpu::Stream s = gpu::stream_create();
+    src.fill(7);
+    if (rank == 0) {
+      comm.send(1, src.p, 100, 4, 0, 1, s);  // rank 1 expects 200 bytes
+      comm.send(1, src.p, 64, 4, 0, 1, s);
+      gpu::stream_sync(s);
+      comm.barrier();  // 1
+      comm.recv(1, dst.p, 64, s);  // rank 1 stays alive but sends nothing
+      gpu::stream_sync(s);         // ends after the 1.5 s device timeout
+      MP_CHECK_THROWS(poll(comm), TimeoutError, "rank 1");
+      MP_CHECK_THROWS(comm.send(1, src.p, 8, s), TimeoutError, "rank 1");  // the pair stays broken
+      comm.barrier();  // 2
+    } else {
+      comm.recv(0, 4, 0, 200, s);
+      gpu::stream_sync(s);
+      MP_CHECK_THROWS(poll(comm), InvalidArgument, "nothing was written");
+      MP_CHECK(pub.zero());
+      comm.recv(0, 4, 0, 64, s);
+      gpu::stream_sync(s);
+      poll(comm);
+      MP_CHECK(pub.check(0, 64, 7) == SIZE_MAX);
+      comm.barrier();  // 1
+      comm.barrier();  // 2
+    }
+    gpu::stream_destroy(s);
+  }, milliseconds(120000));
+  EXPECT_EQ(fail, "");
+}
+
+// A peer killed while this rank's recv kernel waits for it: the kernel ends at the device timeout,
+// the next call reports PeerLostError.
+TEST(StreamGpu, PeerKilled) {
+  REQUIRE_GPUS();
+  std::string uid = unique_test_id("sg-kill");
+  std::string fail = run_ranks(2, [&](int rank) {
+    gpu::set_device(rank);
+    Communicator comm(uid, rank, 2, rank, opts(1500));
+    Dev dst(4096);
+    gpu::Stream s = gpu::stream_create();
+    poll(comm);      // both engines set up
+    comm.barrier();  // 1
+    if (rank == 0) {
+      comm.recv(1, dst.p, 64, s);
+      comm.barrier();  // 2
+      gpu::stream_sync(s);
+      MP_CHECK_THROWS(poll(comm), PeerLostError, "rank 1");
+      MP_CHECK_THROWS(comm.recv(1, dst.p, 64, s), PeerLostError, "rank 1");
+      MP_CHECK(dst.zero());
+    } else {
+      comm.barrier();  // 2
+      raise(SIGKILL);
+    }
+  }, milliseconds(120000), {1});
+  EXPECT_EQ(fail, "");
+}
+
+// Small case for compute-sanitizer racecheck (scripts/gpu_stream.sh): one exchange per form.
+TEST(StreamGpu, SanitizerSmall) {
+  REQUIRE_GPUS();
+  std::string uid = unique_test_id("sg-san");
+  std::string fail = run_ranks(2, [&](int rank) {
+    gpu::set_device(rank);
+    Communicator comm(uid, rank, 2, rank, opts());
+    const int peer = 1 - rank;
+    Dev src(4096), dst(4096), pub(4096);
+    comm.notify_ipc_buffer(peer, 1, pub.p, 4096, 1);
+    comm.barrier();
+    gpu::Stream s = gpu::stream_create();
+    src.fill(uint64_t(rank) + 11);
+    comm.group_start();
+    comm.send(peer, src.p, 4096, s);
+    comm.recv(peer, dst.p, 4096, s);
+    comm.send(peer, src.p, 4096, 1, 0, 1, s);
+    comm.recv(peer, 1, 0, 4096, s);
+    comm.group_end();
+    gpu::stream_sync(s);
+    poll(comm);
+    MP_CHECK(dst.check(0, 4096, uint64_t(peer) + 11) == SIZE_MAX);
+    MP_CHECK(pub.check(0, 4096, uint64_t(peer) + 11) == SIZE_MAX);
+    comm.barrier();
+    gpu::stream_destroy(s);
+  }, milliseconds(120000));
+  EXPECT_EQ(fail, "");
+}
