@@ -6,49 +6,16 @@
 // fence.acq_rel.sys, and data a peer rewrites (staging slots) is read with L1-bypassing loads.
 // Every spin is bounded by the global timer against Options::timeout; on expiry the error word
 // (host-mapped) records it and the pair's abort word stops every later kernel on that pair at once.
-#if defined(PEERLINK_HIP)
-#include <hip/hip_runtime.h>
-#else
-#include <cuda_runtime.h>
-#endif
-
-#include "common/log.h"
+#include "gpu/device.h"
 #include "peerlink/errors.h"
 #include "transport/stream_launch.h"
 
 namespace peerlink::stream {
 namespace {
 
-// The device primitives below carry the names of the GPU shim's device header (gpu/device.h on
-// the "gpu" branch); when it lands, this block becomes `#include "gpu/device.h"`.
-__device__ __forceinline__ uint64_t now_ns() {
-#if defined(PEERLINK_HIP)
-#if defined(__HIP_DEVICE_COMPILE__)
-  return uint64_t(wall_clock64()) * 10ull;
-#else
-  return 0;
-#endif
-#else
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-#endif
-}
-__device__ __forceinline__ void fence_acq_rel_system() {
-#if defined(PEERLINK_HIP)
-  __threadfence_system();
-#else
-  asm volatile("fence.acq_rel.sys;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void store_release_system(uint64_t* p, uint64_t v) {
-#if defined(PEERLINK_HIP)
-  __threadfence_system();
-  *reinterpret_cast<volatile uint64_t*>(p) = v;
-#else
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-#endif
-}
+using gpu::dev::fence_acq_rel_system;
+using gpu::dev::now_ns;
+using gpu::dev::store_release_system;
 __device__ __forceinline__ uint64_t load_volatile(const uint64_t* p) { return *reinterpret_cast<const volatile uint64_t*>(p); }
 
 constexpr int kThreads = 512;
@@ -290,17 +257,8 @@ __global__ void __launch_bounds__(kThreads) stream_batch_kernel(const PL_GRID_CO
 }  // namespace
 
 void launch_stream_batch(const StreamLaunch& l, void* stream) {
-#if defined(PEERLINK_HIP)
-  hipLaunchKernelGGL(stream_batch_kernel, dim3(l.nch), dim3(kThreads), 0, static_cast<hipStream_t>(stream), l);
-  hipError_t e = hipGetLastError();
-  if (e != hipSuccess)
-    throw Error(common::cat("stream send/recv kernel launch failed: ", hipGetErrorString(e), " (", int(e), ")"));
-#else
-  stream_batch_kernel<<<l.nch, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(l);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    throw Error(common::cat("stream send/recv kernel launch failed: ", cudaGetErrorString(e), " (", int(e), ")"));
-#endif
+  gpu::dev::launch(stream_batch_kernel, l.nch, kThreads, static_cast<gpu::rt::Stream>(stream), false, l);
+  gpu::dev::check_launch("stream send/recv kernel launch");  // GpuError: error string, code and device
 }
 
 }  // namespace peerlink::stream
