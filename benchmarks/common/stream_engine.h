@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "nccl_dl.h"
-#include "gpu/runtime.h"
+#include "peerlink/device.h"
 #include "peerlink/peerlink.h"
 
 namespace bench {
@@ -67,12 +67,12 @@ class StreamBench {
     void* stream = nullptr;
     char *src = nullptr, *dst = nullptr, *pub = nullptr;
     if (gpu) {
-      peerlink::gpu::set_device(comm_.device());
-      stream = peerlink::gpu::stream_create();
-      src = static_cast<char*>(peerlink::gpu::device_malloc(cap));
-      dst = static_cast<char*>(peerlink::gpu::device_malloc(cap));
-      ev0_ = peerlink::gpu::event_create_timed();
-      ev1_ = peerlink::gpu::event_create_timed();
+      peerlink::device::set_current(comm_.device());
+      stream = peerlink::device::stream_create();
+      src = static_cast<char*>(peerlink::device::alloc(cap));
+      dst = static_cast<char*>(peerlink::device::alloc(cap));
+      ev0_ = peerlink::device::timing_event_create();
+      ev1_ = peerlink::device::timing_event_create();
     } else {
       host_src_.resize(cap);
       host_dst_.resize(cap);
@@ -146,10 +146,11 @@ class StreamBench {
     std::fflush(stdout);
     comm_.barrier();
     if (gpu) {
-      peerlink::gpu::device_free(src);
-      peerlink::gpu::device_free(dst);
-      peerlink::gpu::event_destroy(ev0_);
-      peerlink::gpu::event_destroy(ev1_);
+      peerlink::device::free(src);
+      peerlink::device::free(dst);
+      peerlink::device::event_destroy(ev0_);
+      peerlink::device::event_destroy(ev1_);
+      peerlink::device::stream_destroy(stream);
     }
     return wrong_total ? 2 : 0;
   }
@@ -175,24 +176,24 @@ class StreamBench {
     comm_.barrier();
     for (int i = 0; i < c_.warmup; ++i) once();
     sync(stream, gpu);
-    peerlink::gpu::GraphExec g = nullptr;
+    peerlink::device::Graph g = nullptr;
     if (gpu && c_.graph) {
-      peerlink::gpu::stream_begin_capture(stream);
+      peerlink::device::begin_capture(stream);
       for (int i = 0; i < c_.iters; ++i) once();
-      g = peerlink::gpu::stream_end_capture(stream);
-      peerlink::gpu::graph_launch(g, stream);  // upload, untimed
+      g = peerlink::device::end_capture(stream);
+      peerlink::device::graph_launch(g, stream);  // upload, untimed
       sync(stream, gpu);
     }
     comm_.barrier();
     auto t0 = Clock::now();
-    if (gpu) peerlink::gpu::event_record(ev0_, stream);
-    if (g) peerlink::gpu::graph_launch(g, stream);
+    if (gpu) peerlink::device::event_record(ev0_, stream);
+    if (g) peerlink::device::graph_launch(g, stream);
     else for (int i = 0; i < c_.iters; ++i) once();
-    if (gpu) peerlink::gpu::event_record(ev1_, stream);
+    if (gpu) peerlink::device::event_record(ev1_, stream);
     sync(stream, gpu);
-    double us = gpu ? 1e3 * peerlink::gpu::event_elapsed_ms(ev0_, ev1_)
+    double us = gpu ? 1e3 * peerlink::device::elapsed_ms(ev0_, ev1_)
                     : std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-    if (g) peerlink::gpu::graph_destroy(g);
+    if (g) peerlink::device::graph_destroy(g);
     wrong += verify(im.out, n, gpu, uint64_t(n) * 4 + (1 - me) + (pingpong ? 2 : 0));  // same payload again
     comm_.barrier();
     return pingpong ? us / c_.iters / 2 : us / c_.iters;
@@ -202,17 +203,17 @@ class StreamBench {
   void fill(char* p, size_t n, bool gpu, uint64_t tag) {
     std::vector<char> h(n);
     for (size_t i = 0; i < n; ++i) h[i] = char(((tag + 1) * 0x9E3779B97F4A7C15ULL + i * 131) >> 29 | 1);
-    if (gpu) peerlink::gpu::memcpy_sync(p, h.data(), n);
+    if (gpu) peerlink::device::copy_sync(p, h.data(), n);
     else std::memcpy(p, h.data(), n);
   }
   void clear(char* p, size_t n, bool gpu) {
     std::vector<char> h(n, 0);
-    if (gpu) peerlink::gpu::memcpy_sync(p, h.data(), n);
+    if (gpu) peerlink::device::copy_sync(p, h.data(), n);
     else std::memcpy(p, h.data(), n);
   }
   uint64_t verify(const char* p, size_t n, bool gpu, uint64_t tag) {
     std::vector<char> h(n), want(n);
-    if (gpu) peerlink::gpu::memcpy_sync(h.data(), p, n);
+    if (gpu) peerlink::device::copy_sync(h.data(), p, n);
     else std::memcpy(h.data(), p, n);
     for (size_t i = 0; i < n; ++i) want[i] = char(((tag + 1) * 0x9E3779B97F4A7C15ULL + i * 131) >> 29 | 1);
     uint64_t bad = 0;
@@ -221,7 +222,7 @@ class StreamBench {
   }
   void nccl_check(int r, const char* what) { lib_->check(r, what); }
   static void sync(void* stream, bool gpu) {
-    if (gpu) peerlink::gpu::stream_sync(stream);
+    if (gpu) peerlink::device::stream_sync(stream);
   }
 
   // NCCL joins when both ranks load it; the ncclUniqueId travels over peerlink's own stream send.
@@ -238,15 +239,15 @@ class StreamBench {
     else if (!nccl_.load()) why = "libnccl.so.2 lacks ncclSend/ncclRecv/ncclGroupStart/ncclGroupEnd";
     mine.ok = why.empty();
     if (mine.ok && comm_.rank() == 0) lib_->check(lib_->get_unique_id(&mine.id), "ncclGetUniqueId");
-    char* d = static_cast<char*>(peerlink::gpu::device_malloc(2 * sizeof(Wire)));
-    peerlink::gpu::memcpy_sync(d, &mine, sizeof mine);
+    char* d = static_cast<char*>(peerlink::device::alloc(2 * sizeof(Wire)));
+    peerlink::device::copy_sync(d, &mine, sizeof mine);
     comm_.group_start();
     comm_.send(1 - comm_.rank(), d, sizeof(Wire), stream);
     comm_.recv(1 - comm_.rank(), d + sizeof(Wire), sizeof(Wire), stream);
     comm_.group_end();
-    peerlink::gpu::stream_sync(stream);
-    peerlink::gpu::memcpy_sync(&theirs, d + sizeof(Wire), sizeof theirs);
-    peerlink::gpu::device_free(d);
+    peerlink::device::stream_sync(stream);
+    peerlink::device::copy_sync(&theirs, d + sizeof(Wire), sizeof theirs);
+    peerlink::device::free(d);
     if (!mine.ok) return why;
     if (!theirs.ok) return "NCCL unavailable on the peer";
     const nccl::UniqueId& id = comm_.rank() == 0 ? mine.id : theirs.id;
@@ -257,7 +258,7 @@ class StreamBench {
   peerlink::Communicator& comm_;
   const StreamBenchConfig& c_;
   std::vector<char> host_src_, host_dst_;
-  peerlink::gpu::Event ev0_ = nullptr, ev1_ = nullptr;
+  peerlink::device::Event ev0_ = nullptr, ev1_ = nullptr;
   std::unique_ptr<nccl::Library> lib_;
   NcclP2p nccl_;
   nccl::Comm nccl_comm_ = nullptr;

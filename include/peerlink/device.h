@@ -13,6 +13,11 @@ int count();                 // GPUs visible (0 without a driver): never throws
 void set_current(int dev);   // the calling thread's current device (cudaSetDevice)
 bool is_device_pointer(const void* p);
 
+// Plain device memory of the current device (cudaMalloc / hipMalloc): not exportable through
+// peerlink's IPC unless the runtime can export it; for buffers of the NCCL-form calls and tests.
+void* alloc(size_t bytes);
+void free(void* p);
+
 // Synchronous copy in any direction (device or host memory on either side), landed on return.
 // Host to host is a plain memcpy (also in host-only builds).
 void copy_sync(void* dst, const void* src, size_t bytes);

@@ -12,6 +12,11 @@ int count() { return gpu::device_count(); }
 void set_current(int dev) { gpu::set_device(dev); }
 bool is_device_pointer(const void* p) { return gpu::is_device_pointer(p); }
 
+void* alloc(size_t bytes) { return gpu::device_malloc(bytes); }
+void free(void* p) {
+  if (p) gpu::device_free(p);
+}
+
 void copy_sync(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   if (!gpu::compiled_with_gpu() || (!gpu::is_device_pointer(dst) && !gpu::is_device_pointer(src))) {

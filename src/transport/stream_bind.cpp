@@ -29,15 +29,16 @@ Binding Transport::bind_published(int peer, uint32_t buf_id, uint64_t version, s
 
 uint64_t Transport::published_len(int peer, uint32_t buf_id) {
   Peer& P = *peers_[peer];
-  std::lock_guard<std::mutex> g(P.pub_mu);
-  auto it = P.pubs.find(buf_id);
-  return it == P.pubs.end() ? 0 : it->second.len;
+  std::lock_guard<std::mutex> g(P.pubs.mu);
+  auto it = P.pubs.by_id.find(buf_id);
+  // A revoked publication (its memory was freed) is no destination: as if never published.
+  return it == P.pubs.by_id.end() || it->second.revoked ? 0 : it->second.len;
 }
 
 void* CommImpl::map_published(int peer, uint32_t buf_id, uint64_t version, size_t offset, size_t len,
                               const char* what, std::shared_ptr<void>* hold) {
   validate_peer(peer, what);
-  check_open();
+  check_open(what);
   Binding b = transport_->bind_published(peer, buf_id, version, offset, len, what);
   *hold = b.map;  // keeps the mapping open while an operation uses it
   return b.ptr + offset;
@@ -45,7 +46,7 @@ void* CommImpl::map_published(int peer, uint32_t buf_id, uint64_t version, size_
 
 uint64_t CommImpl::local_published_len(int peer, uint32_t buf_id) {
   validate_peer(peer, "recv");
-  check_open();
+  check_open("recv");
   return transport_->published_len(peer, buf_id);
 }
 
