@@ -3,14 +3,14 @@
 # (two processes on one GPU, and one process per GPU when there are two or more), then whatever
 # GPU steps the other parts provide. Everything goes under $OUT: a summary log plus one tarball
 # (the device tool returns at most 8 files).
-#   STEPS="build pyquick contract quick arvariants arbench lat topo bench coll py" (default:
-#   build contract topo bench coll py); steps run in that order. DEADLINE=S skips steps after S seconds.
+#   STEPS="build pyquick contract quick arvariants arbench lat stream topo bench coll py" (default:
+#   build contract stream topo bench coll py); steps run in that order. DEADLINE=S skips steps after S seconds.
 set -u
 OUT=${OUT:-/tmp/peerlink-gpu-out}
 mkdir -p "$OUT/r"
 R="$OUT/r"
 LOG="$OUT/gpu_check.log"
-STEPS=${STEPS:-"build contract topo bench coll py"}
+STEPS=${STEPS:-"build contract stream topo bench coll py"}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
 BUILD=build-cuda
@@ -56,7 +56,7 @@ T=$BUILD/bin/peerlink_tests
 if has contract; then
   PEERLINK_TEST_DEVICES=0,0 run_step contract_1gpu 240 $T --gtest_filter='*Contract*'
   [ "$NGPU" -ge 2 ] && PEERLINK_TEST_DEVICES=0,1 run_step contract_2gpu 240 $T --gtest_filter='*Contract*'
-  run_step host_suite 300 $T --gtest_filter='*Mp*:Segment*:Ring*:Registry*:IpcCache*'
+  [ "${CONTRACT_HOST:-1}" = 1 ] && run_step host_suite 300 $T --gtest_filter='*Mp*:Segment*:Ring*:Registry*:IpcCache*'
 fi
 if has quick; then  # a short latency / bandwidth probe of the transport (striping on and off)
   B=$BUILD/bin/bench_transport
@@ -92,6 +92,9 @@ fi
 if has lat; then
   run_step lat 60 $BUILD/bin/bench_transport --mode latency --transport direct --completion done_seq -b 8 -e 64M -f 4 -n 300 -w 30
   run_step bw 60 $BUILD/bin/bench_transport --mode bandwidth --transport direct -b 16M -e 1G -f 4 -n 20 -w 3
+fi
+if has stream && [ -f scripts/gpu_stream.sh ]; then  # stream-ordered send/recv: gtests, racecheck, bench vs NCCL
+  run_step stream ${STREAM_SECS:-420} env STREAM_STEPS="${STREAM_STEPS:-}" bash scripts/gpu_stream.sh "$R/stream" "$BUILD"
 fi
 if has topo && [ -x $BUILD/bin/peerlink-topo ]; then
   run_step topo 60 bash -c "$BUILD/bin/peerlink-topo && $BUILD/bin/peerlink-topo --json"

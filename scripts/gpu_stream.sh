@@ -26,14 +26,15 @@ GT=()
 if ! echo '#include <gtest/gtest.h>' | g++ -x c++ -E - > /dev/null 2>&1 && [ -d .gtest ]; then
   GT=(SAN="-I$(pwd)/.gtest/include -L$(pwd)/.gtest/lib")
 fi
+has() { [ -z "${STREAM_STEPS:-}" ] || [[ " $STREAM_STEPS " == *" $1 "* ]]; }  # STREAM_STEPS="gtest bench_graph"
 step build 300 make BACKEND=cuda BUILD="$BUILD" -j"$(nproc)" "${GT[@]}" lib tests benchmarks || { tail -30 "$OUT/build.log"; exit 1; }
 export PEERLINK_TEST_GPUS=2
-step gtest 300 "$BUILD/bin/peerlink_tests" --gtest_filter='StreamGpu*'
+has gtest && step gtest 300 "$BUILD/bin/peerlink_tests" --gtest_filter='StreamGpu*'
 CS=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
-if [ -x "$CS" ]; then
+if [ -x "$CS" ] && has racecheck; then
   step racecheck 180 "$CS" --tool racecheck --target-processes all --error-exitcode 9 \
     "$BUILD/bin/peerlink_tests" --gtest_filter='StreamGpu.SanitizerSmall'
 fi
-step bench_eager 180 "$BUILD/bin/bench_transport" --mode stream -b 8 -e 256M -f 4 -n 50 -w 5
-step bench_graph 180 "$BUILD/bin/bench_transport" --mode stream -b 8 -e 256M -f 4 -n 50 -w 5 -G 1
+has bench_eager && step bench_eager 180 "$BUILD/bin/bench_transport" --mode stream -b 8 -e 256M -f 4 -n 50 -w 5
+has bench_graph && step bench_graph 180 "$BUILD/bin/bench_transport" --mode stream -b 8 -e 256M -f 4 -n 50 -w 5 -G 1
 exit $status
