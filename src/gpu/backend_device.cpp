@@ -18,13 +18,11 @@ namespace {
 
 using common::cat;
 
-// Hot path (copy, done, signal_after, copy_and_signal) makes no device call: it runs on the
-// transport's worker threads, which Backend::bind_worker_thread() binds to the device once when
-// they start and which never run user code, so their current device cannot change behind our
-// back. (Of the calls used there only the copy kernel's launch requires it; the memcpy, event
-// record/query, stream wait and stream write all address a stream or event of our device, and on
-// CUDA a call on a thread with no current context would create one on device 0.) wait_all and the
-// destructor may run on a caller's thread and take a DeviceGuard.
+// Every method takes a DeviceGuard: copies are issued from the transport's workers (bound to the
+// device once, so the guard finds it current and switches nothing) and from callers' threads
+// (isend's direct steady state issues its copy in the caller), whose current device may be any.
+// On CUDA a call on a thread with no current context would create one on device 0, and
+// cudaEventRecord on another device's stream fails (seen on 2x H200 before the guard was added).
 class DeviceCopyQueue final : public CopyQueue {
  public:
   DeviceCopyQueue(int dev, int lanes) : dev_(dev) {
@@ -44,6 +42,11 @@ class DeviceCopyQueue final : public CopyQueue {
   }
 
   uint64_t copy(void* dst, const void* src, size_t bytes, bool stripe, bool track) override {
+    // Copies are also issued from the caller's thread (isend's direct steady state), whose current
+    // device may be any (measured on 2x H200: cudaEventRecord on device 1's stream from a thread
+    // current on device 0 fails with invalidResourceHandle). The guard costs one cuCtxGetCurrent
+    // (7.7 ns measured) when the device already matches.
+    DeviceGuard g(dev_);
     Stream main = lanes_[0].get();
     if (bytes == 0) {
       // nothing to copy; the ticket still orders after earlier work
@@ -83,6 +86,7 @@ class DeviceCopyQueue final : public CopyQueue {
   }
 
   bool done(uint64_t ticket) override {
+    DeviceGuard g(dev_);  // event queries from any thread (see copy())
     while (!pending_.empty() && pending_.front().first <= ticket) {
       if (!event_query(pending_.front().second)) return false;
       free_events_.push_back(pending_.front().second);
@@ -92,11 +96,13 @@ class DeviceCopyQueue final : public CopyQueue {
   }
 
   bool signal_after(uint64_t* host_addr, uint64_t value) override {
+    DeviceGuard g(dev_);
     stream_write_value64(lanes_[0].get(), device_view(host_addr), value);
     return true;
   }
 
   bool copy_and_signal(void* dst, const void* src, size_t bytes, uint64_t* host_addr, uint64_t value) override {
+    DeviceGuard g(dev_);
     launch_copy_signal(dst, src, bytes, device_view(host_addr), value, lanes_[0].get());
     return true;
   }

@@ -125,7 +125,7 @@ void Transport::fail_pending_recvs(Peer& P, std::exception_ptr e) {
 }
 
 void Transport::recv_worker_main() {
-  backend_->bind_worker_thread();  // the copy hot path makes no device call (gpu/backend.h)
+  backend_->bind_worker_thread();  // the copy queue's device guards then switch nothing
   WorkerLoop loop(ctl_->recv_bell[rank_]);
   while (running_.load(std::memory_order_acquire)) {
     uint32_t ticket = loop.prepare();

@@ -238,11 +238,14 @@ void StreamEngine::group_start() {
 
 void StreamEngine::group_end() {
   std::lock_guard<std::recursive_mutex> g(mu_);
-  if (!host_) check_device_error();
   if (!in_group_) throw InvalidArgument(cat("group_end without group_start (rank ", rank_, ")"));
+  // The group ends here even when it reports an error (as ncclGroupEnd does): a caller that catches
+  // the error can open the next group. Seen on 2x H200: a device error reported by group_end left the
+  // group open and the next group_start failed.
   in_group_ = false;
   std::vector<StreamOp> ops;
   ops.swap(group_);
+  if (!host_) check_device_error();  // an earlier op failed on the device: nothing of this group runs
   if (!ops.empty()) run(ops);
 }
 
