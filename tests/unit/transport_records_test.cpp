@@ -18,10 +18,12 @@ using namespace peerlink::detail;
 // #7: a republish that moves the offset (same version, same allocation) must not reuse the cached
 // binding's old offset: the pointer written through is the one of the record that was checked.
 TEST(IpcCache, BindingFollowsTheCheckedRecordsOffset) {
-  std::string prefix = common::shm_prefix_for(pltest::unique_test_id("ipc7")) + "r0_";
-  auto be = gpu::make_backend(-1, prefix);
+  std::string job = common::shm_prefix_for(pltest::unique_test_id("ipc7"));
+  auto be = gpu::make_backend(-1, job + "r0_");
+  // The importer is rank 1 of the same job: a host backend refuses to open its own allocations.
+  auto be1 = gpu::make_backend(-1, job + "r1_");
   IpcManager exporter(*be, common::ProcId{1, 1});  // another "process": opens happen
-  IpcManager importer(*be, common::self_proc_id());
+  IpcManager importer(*be1, common::self_proc_id());
   char* a = static_cast<char*>(be->alloc(8192));
   uint64_t off = 0;
   gpu::MemHandle h = exporter.export_range(a, 8192, &off);
