@@ -19,7 +19,6 @@ namespace {
 
 using common::cat;
 using Clock = std::chrono::steady_clock;
-constexpr uint32_t kLayoutVersion = 2;  // 2: flock ownership, kJoining
 
 uint64_t random_nonce() {
   std::random_device rd;
@@ -35,13 +34,12 @@ void backoff(int iter) {
 
 }  // namespace
 
-Bootstrap::Bootstrap(const std::string& unique_id, int rank, int world_size, const JoinInfo& info,
-                     std::chrono::milliseconds timeout, std::function<void()> interrupt_check)
+Bootstrap::Bootstrap(const std::string& unique_id, int rank, int world_size, std::chrono::milliseconds timeout, std::function<void()> interrupt_check)
     : rank_(rank),
       world_(world_size),
       id_prefix_(common::shm_prefix_for(unique_id)),
       interrupt_check_(std::move(interrupt_check)) {
-  join(info, timeout);
+  join(timeout);
   char hex[17];
   std::snprintf(hex, sizeof hex, "%08llx", static_cast<unsigned long long>(layout_->nonce & 0xffffffffULL));
   job_prefix_ = cat(id_prefix_, hex, "_");
@@ -116,7 +114,7 @@ common::Segment Bootstrap::acquire_rendezvous(const std::string& name) {
 
 // Claims this rank's slot. False (with *why_wait set) when the slot is held by a process that died
 // or is still being claimed: its rendezvous is failing and will be abandoned, so look again later.
-bool Bootstrap::claim_slot(BootLayout* l, const JoinInfo& info, std::string* why_wait) {
+bool Bootstrap::claim_slot(BootLayout* l, std::string* why_wait) {
   RankSlot& mine = l->slots[rank_];
   uint32_t expected = kEmpty;
   if (!mine.state.compare_exchange_strong(expected, kJoining, std::memory_order_acq_rel)) {
@@ -131,15 +129,11 @@ bool Bootstrap::claim_slot(BootLayout* l, const JoinInfo& info, std::string* why
   common::ProcId me = common::self_proc_id();
   mine.pid = me.pid;
   mine.start_time = me.start_time;
-  mine.device = info.device;
-  mine.completion_pref = static_cast<uint32_t>(info.completion_pref);
-  mine.relay_mask = info.relay_mask;
-  std::snprintf(mine.pci_bus_id, sizeof mine.pci_bus_id, "%s", info.pci_bus_id.c_str());
   mine.state.store(kJoined, std::memory_order_release);
   return true;
 }
 
-void Bootstrap::join(const JoinInfo& info, std::chrono::milliseconds timeout) {
+void Bootstrap::join(std::chrono::milliseconds timeout) {
   const std::string name = id_prefix_ + "boot";
   const auto deadline = Clock::now() + timeout;
   common::InterruptPoll interrupt(interrupt_check_);
@@ -156,7 +150,7 @@ void Bootstrap::join(const JoinInfo& info, std::chrono::milliseconds timeout) {
                       sizeof(BootLayout), " (another peerlink version?)"));
     auto* l = static_cast<BootLayout*>(seg.payload());
     check_layout_header(l, sizeof(BootLayout), world_, kLayoutVersion);
-    if (!claim_slot(l, info, &why_wait)) {  // drops our hold: the failing run can then go away
+    if (!claim_slot(l, &why_wait)) {  // drops our hold: the failing run can then go away
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
       continue;
     }
@@ -311,27 +305,12 @@ void Bootstrap::allgather(const void* mine, size_t bytes, void* all, std::chrono
   ++allgather_count_;
 }
 
-std::vector<JoinInfo> Bootstrap::exchange_join_info(const JoinInfo& mine, std::chrono::milliseconds timeout) {
-  char rec[kJoinRecordBytes];
-  encode_join_record(mine, rec);
-  std::vector<char> all(kJoinRecordBytes * static_cast<size_t>(world_));
-  allgather(rec, sizeof rec, all.data(), timeout);
-  std::vector<JoinInfo> out;
-  out.reserve(world_);
-  for (int r = 0; r < world_; ++r) out.push_back(decode_join_record(&all[r * kJoinRecordBytes], kJoinRecordBytes, r, world_));
-  return out;
-}
-
 void Bootstrap::leave() {
   if (left_ || !layout_) return;
   left_ = true;
   layout_->slots[rank_].state.store(kLeft, std::memory_order_release);
-  for (int r = 0; r < world_; ++r) {
-    layout_->barrier_bell[r].ring();
-    // The transport's workers still sleep on these (until they move to its own segment).
-    layout_->recv_bell[r].ring();
-    layout_->send_bell[r].ring();
-  }
+  // The transport rings its own doorbells when it closes (Transport::close).
+  for (int r = 0; r < world_; ++r) layout_->barrier_bell[r].ring();
 }
 
 }  // namespace peerlink::bootstrap

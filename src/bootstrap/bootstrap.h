@@ -26,21 +26,20 @@ namespace peerlink::bootstrap {
 
 constexpr int kMaxRanks = 64;
 constexpr size_t kAllgatherBytes = 1024;
+// BootLayout's version, checked by every joiner. 2: flock ownership, kJoining; 3: liveness-only
+// slots, no transport fields (doorbells, pair decisions, join data live in the transport's segment).
+constexpr uint32_t kLayoutVersion = 3;
 
-// kJoining: claimed by CAS, pid/start/info being written; kJoined once they are.
+// kJoining: claimed by CAS, pid/start time being written; kJoined once they are.
 enum SlotState : uint32_t { kEmpty = 0, kJoined = 1, kLeft = 2, kJoining = 3 };
 
 struct alignas(64) RankSlot {
   std::atomic<uint32_t> state;
   int32_t pid;
   uint64_t start_time;
-  int32_t device;
-  uint32_t completion_pref;  // Completion as int
-  uint64_t relay_mask;       // bit p: this rank wants relay towards rank p
   std::atomic<uint64_t> barrier_count;
-  std::atomic<uint64_t> allgather_seq;
-  char pci_bus_id[32];
 };
+static_assert(sizeof(RankSlot) == 64, "one cache line per rank slot");
 
 struct BootLayout {
   uint32_t world_size;
@@ -48,28 +47,17 @@ struct BootLayout {
   uint64_t nonce;
   char pad[48];
   RankSlot slots[kMaxRanks];
-  common::Doorbell barrier_bell[kMaxRanks];  // bootstrap's own: rung on barrier arrival and leave
-  // The three fields below belong to the transport and move to its own segment (issue 11.3);
-  // kept until the transport stops using them.
-  common::Doorbell recv_bell[kMaxRanks];   // rung when something arrives for rank r's receive side
-  common::Doorbell send_bell[kMaxRanks];   // rung when something arrives for rank r's send side
-  std::atomic<uint32_t> pair_decision[kMaxRanks * kMaxRanks];  // [lo*kMaxRanks+hi], see transport
+  common::Doorbell barrier_bell[kMaxRanks];  // rung on barrier arrival and leave
+  // Layers above exchange their own per-rank data (the transport's join record, the collectives'
+  // setup record) through allgather and own their control segments: nothing of theirs lives here.
   char allgather[kMaxRanks][kAllgatherBytes];
-};
-
-struct JoinInfo {
-  int device = -1;
-  int completion_pref = 0;
-  uint64_t relay_mask = 0;
-  std::string pci_bus_id;
 };
 
 class Bootstrap {
  public:
   // Joins (creating if first) the rendezvous of `unique_id` and waits for all ranks. Every wait
   // runs `interrupt_check` (Options::interrupt_check; may be empty) through common::InterruptPoll.
-  Bootstrap(const std::string& unique_id, int rank, int world_size, const JoinInfo& info,
-            std::chrono::milliseconds timeout, std::function<void()> interrupt_check = nullptr);
+  Bootstrap(const std::string& unique_id, int rank, int world_size, std::chrono::milliseconds timeout, std::function<void()> interrupt_check = nullptr);
   ~Bootstrap();
   Bootstrap(const Bootstrap&) = delete;
   Bootstrap& operator=(const Bootstrap&) = delete;
@@ -87,9 +75,6 @@ class Bootstrap {
   // or what the interruption hook throws (then interrupted() is true; callers check it first).
   void barrier(std::chrono::milliseconds timeout);
   void allgather(const void* mine, size_t bytes, void* all, std::chrono::milliseconds timeout);
-  // Every rank's JoinInfo, exchanged with allgather as validated fixed-size records (the transport's
-  // per-rank setup data; decode_join_record throws Error for a corrupt record).
-  std::vector<JoinInfo> exchange_join_info(const JoinInfo& mine, std::chrono::milliseconds timeout);
   // Unlinks the rendezvous name once everyone has mapped it (new jobs with the same id start clean).
   void unlink_name() { seg_.unlink(); }
   // Alive and not left.
@@ -110,9 +95,9 @@ class Bootstrap {
   static constexpr std::chrono::milliseconds kLivenessInterval{50};
 
  private:
-  void join(const JoinInfo& info, std::chrono::milliseconds timeout);
+  void join(std::chrono::milliseconds timeout);
   common::Segment acquire_rendezvous(const std::string& name);
-  bool claim_slot(BootLayout* l, const JoinInfo& info, std::string* why_wait);
+  bool claim_slot(BootLayout* l, std::string* why_wait);
   void mark_out_of_step(int reason);
   [[noreturn]] void barrier_peer_lost(int r);
   void wait_all_joined(std::chrono::milliseconds timeout);

@@ -30,8 +30,7 @@ int64_t now_ns() {
 Transport::Transport(const std::string& unique_id, int rank, int world, int device, const Options& opts)
     : rank_(rank), world_(world), device_(device), opts_(opts) {
   // The bootstrap carries no transport state: join information goes through its allgather.
-  boot_ = std::make_unique<bootstrap::Bootstrap>(unique_id, rank, world, bootstrap::JoinInfo{}, opts.timeout,
-                                                 opts.interrupt_check);
+  boot_ = std::make_unique<bootstrap::Bootstrap>(unique_id, rank, world, opts.timeout, opts.interrupt_check);
   backend_ = gpu::make_backend(device, common::cat(boot_->job_prefix(), "r", rank, "_"));
   ipc_ = std::make_unique<IpcManager>(*backend_, common::self_proc_id());
   try {

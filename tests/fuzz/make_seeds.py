@@ -46,12 +46,11 @@ put("spsc_ring", "two_pending", ring(3, 2, 0, [msg, msg], [0, 0, 0, 2, 2, 0]))
 put("spsc_ring", "empty_push_pop", ring(2, 0, 0, [], [2, 2, 2, 2, 2, 0, 0, 0, 0, 0]))
 put("spsc_ring", "corrupt_tail", ring(3, 1 << 40, 0, [msg], [0, 3, 0]))
 
-# boot_records: <world><rank><record>
-slot = struct.pack("<IiQiIQQQ", 1, 1234, 5555, -1, 0, 0, 3, 0) + b"0000:3b:00.0".ljust(32, b"\0")
-slot = slot.ljust(128, b"\0")
+# boot_records: <world><rank><record>; RankSlot = state u32, pid i32, start u64, barrier count u64,
+# padded to 64 bytes; layout header = world size u32, layout version u32 (bootstrap::kLayoutVersion)
+slot = struct.pack("<IiQQ", 1, 1234, 5555, 3).ljust(64, b"\0")
 put("boot_records", "slot_joined", bytes([2, 1]) + slot)
-put("boot_records", "slot_empty", bytes([2, 0]) + b"\0" * 128)
-join = struct.pack("<IiIIQ", 0x4E494F4A, 0, 1, 0, 1) + b"0000:3b:00.0".ljust(32, b"\0") + b"\0" * 8
-put("boot_records", "join_valid", bytes([2, 0]) + join)
-put("boot_records", "join_host", bytes([4, 3]) + struct.pack("<IiIIQ", 0x4E494F4A, -1, 0, 0, 0) + b"\0" * 40)
-put("boot_records", "layout_header", bytes([2, 0]) + struct.pack("<IIQ", 2, 2, 12345))
+put("boot_records", "slot_empty", bytes([2, 0]) + b"\0" * 64)
+put("boot_records", "slot_left_bad_pid", bytes([2, 1]) + struct.pack("<IiQQ", 2, 0, 5555, 3).ljust(64, b"\0"))
+put("boot_records", "layout_header", bytes([2, 0]) + struct.pack("<IIQ", 2, 3, 12345))
+put("boot_records", "layout_header_old", bytes([2, 0]) + struct.pack("<IIQ", 2, 2, 12345))

@@ -61,7 +61,7 @@ void contend(Board* b, int i, int n, int rank, const std::string& uid, microseco
   }
   std::this_thread::sleep_for(delay);
   try {
-    bootstrap::Bootstrap boot(uid, rank, 2, bootstrap::JoinInfo{}, milliseconds(8000));
+    bootstrap::Bootstrap boot(uid, rank, 2, milliseconds(8000));
     boot.barrier(milliseconds(8000));
     report(b, i, kJoinedJob, rank, boot.nonce(), "");
     for (auto end = steady_clock::now() + seconds(10); b->reported.load() < n && steady_clock::now() < end;)
@@ -166,7 +166,7 @@ TEST(BootRendezvous, CorruptBootHeldByLiveProcessIsTypedError) {
   ASSERT_EQ(::write(fd, junk.data(), junk.size()), 8192);
   ASSERT_EQ(flock(fd, LOCK_SH), 0);
   std::string fails = run_ranks(1, [&](int) {
-    MP_CHECK_THROWS(bootstrap::Bootstrap(uid, 0, 2, bootstrap::JoinInfo{}, milliseconds(3000)), Error,
+    MP_CHECK_THROWS(bootstrap::Bootstrap(uid, 0, 2, milliseconds(3000)), Error,
                     "held by a live process", "invalid header");
   });
   EXPECT_EQ(fails, "");
@@ -179,12 +179,12 @@ TEST(BootRendezvous, CorruptBootHeldByLiveProcessIsTypedError) {
 TEST(BootRendezvous, SegmentOfKilledRunIsReplaced) {
   const std::string uid = pltest::unique_test_id("kboot");
   std::string fails = run_ranks(1, [&](int) {
-    bootstrap::Bootstrap(uid, 0, 2, bootstrap::JoinInfo{}, milliseconds(60000));  // waits for rank 1
+    bootstrap::Bootstrap(uid, 0, 2, milliseconds(60000));  // waits for rank 1
   }, milliseconds(300), {0});
   EXPECT_NE(fails, "");  // killed at the limit, as intended
   EXPECT_FALSE(pltest::leftover_segments(uid).empty());
   fails = run_ranks(2, [&](int rank) {
-    bootstrap::Bootstrap boot(uid, rank, 2, bootstrap::JoinInfo{}, milliseconds(10000));
+    bootstrap::Bootstrap boot(uid, rank, 2, milliseconds(10000));
     boot.barrier(milliseconds(10000));
   });
   EXPECT_EQ(fails, "");
@@ -196,7 +196,7 @@ TEST(BootRendezvous, SegmentOfKilledRunIsReplaced) {
 TEST(BootBarrier, TimedOutBarrierIsMarkedOutOfStep) {
   const std::string uid = pltest::unique_test_id("bto");
   std::string fails = run_ranks(2, [&](int rank) {
-    bootstrap::Bootstrap boot(uid, rank, 2, bootstrap::JoinInfo{}, milliseconds(10000));
+    bootstrap::Bootstrap boot(uid, rank, 2, milliseconds(10000));
     boot.unlink_name();
     if (rank == 0) {
       MP_CHECK_THROWS(boot.barrier(milliseconds(200)), TimeoutError, "ranks that did not arrive: 1");
@@ -223,7 +223,7 @@ TEST(BootBarrier, DeadRankDetectedPromptlyAndItsAllocationsRemoved) {
   const std::string uid = pltest::unique_test_id("bdead");
   Board* b = new_board();
   std::string fails = run_ranks(2, [&](int rank) {
-    bootstrap::Bootstrap boot(uid, rank, 2, bootstrap::JoinInfo{}, milliseconds(10000));
+    bootstrap::Bootstrap boot(uid, rank, 2, milliseconds(10000));
     boot.unlink_name();
     auto be = gpu::make_backend(-1, common::cat(boot.job_prefix(), "r", rank, "_"));
     void* p = be->alloc(1 << 16);
