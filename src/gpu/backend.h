@@ -65,6 +65,9 @@ class Backend {
   virtual MemHandle export_allocation(const AllocRange& r) = 0;
   // Maps a peer's allocation; returns its base in this process.
   virtual void* open(const MemHandle& h) = 0;
+  // open() of a handle received from rank `owner_rank`: a backend whose handles name their owner
+  // (host: the segment name carries the rank) refuses one that names any other rank.
+  virtual void* open_from(const MemHandle& h, int owner_rank) { return open(h); }
   virtual void close(const MemHandle& h, void* base) = 0;
   // A new copy queue with `lanes` parallel lanes (streams) for striping large copies.
   virtual std::unique_ptr<CopyQueue> make_queue(int lanes) = 0;

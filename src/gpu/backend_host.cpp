@@ -94,12 +94,14 @@ class HostBackend final : public Backend {
     return h;
   }
 
-  void* open(const MemHandle& h) override {
+  void* open(const MemHandle& h) override { return open_from(h, -1); }
+
+  void* open_from(const MemHandle& h, int owner_rank) override {
     if (h.kind != HandleKind::HostShm) throw Error("host backend cannot open a device IPC handle");
     char buf[sizeof h.data + 1] = {0};
     std::memcpy(buf, h.data, sizeof h.data);  // untrusted: force termination
     const std::string name = buf;
-    check_peer_name(name);
+    check_peer_name(name, owner_rank);
     auto seg = common::Segment::open(name);
     if (!seg.valid()) throw Error(cat("peer buffer segment ", name, " no longer exists (freed by its owner?)"));
     // The file must be the allocation the handle describes: that allocation id (alloc() tags each
@@ -128,8 +130,9 @@ class HostBackend final : public Backend {
  private:
   // A name read from shared memory is accepted only in the exact form alloc() creates for a peer:
   // "<this job's prefix>r<rank>_m<id>" with a rank other than ours (our own allocations are never
-  // a peer's buffer) and the charset/length rules of segment creation.
-  void check_peer_name(const std::string& name) const {
+  // a peer's buffer) and the charset/length rules of segment creation. owner_rank >= 0: the rank
+  // the handle came from, which must be the rank the name carries (no aiming at a third rank).
+  void check_peer_name(const std::string& name, int owner_rank) const {
     auto bad = [&](const char* why) {
       throw Error(cat("peer buffer name '", name, "' rejected: ", why, " (expected ", job_prefix_, "r<rank>_m<id>)"));
     };
@@ -143,6 +146,8 @@ class HostBackend final : public Backend {
     std::string rank_part = name.substr(i, 1 + digits + 1);  // "r<k>_"
     if (name.compare(i + 1 + digits, 2, "_m") != 0) bad("not an allocation");
     if (job_prefix_ + rank_part == prefix_) bad("names one of this rank's own allocations");
+    if (owner_rank >= 0 && rank_part != cat("r", owner_rank, "_"))
+      bad(cat("names another rank's allocation than the sender's (rank ", owner_rank, ")").c_str());
     size_t id_at = i + 1 + digits + 2;
     if (id_at >= name.size() || name.size() - id_at > 20) bad("bad allocation id");
     for (size_t k = id_at; k < name.size(); ++k)

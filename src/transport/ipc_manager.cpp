@@ -1,9 +1,47 @@
 #include "transport/ipc_manager.h"
 
+#include <cstring>
+
 #include "common/log.h"
 #include "peerlink/errors.h"
 
 namespace peerlink::detail {
+namespace {
+
+using common::cat;
+
+// Every allocation exported by an IpcManager of this process, by base address: what an in-process
+// handle (owner pid == ours) must match before its owner_base is used as a pointer. Lock order:
+// an IpcManager's mu_ first, then this table's.
+struct ProcessExport {
+  gpu::HandleKind kind;
+  uint64_t alloc_id;
+  uint64_t bytes;
+  const IpcManager* owner;
+  int rank;
+};
+std::mutex& process_exports_mu() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<uint64_t, ProcessExport>& process_exports() {
+  static std::map<uint64_t, ProcessExport> table;
+  return table;
+}
+
+// An allocation (same owner, same id) always travels with the same handle: one that differs from
+// the handle its mapping was opened with (size, base, name) is forged, and its size must not be
+// what a later bounds check trusts.
+void check_same_allocation(int peer, const gpu::MemHandle& mapped, const gpu::MemHandle& h) {
+  if (mapped.kind == h.kind && mapped.alloc_bytes == h.alloc_bytes && mapped.owner_base == h.owner_base &&
+      std::memcmp(mapped.data, h.data, sizeof h.data) == 0)
+    return;
+  throw Error(cat("rejected a buffer handle from rank ", peer, ": allocation id ", h.alloc_id, " is already mapped as ",
+                  mapped.alloc_bytes, " bytes at 0x", std::hex, mapped.owner_base, std::dec, " but this handle says ",
+                  h.alloc_bytes, " bytes at 0x", std::hex, h.owner_base, std::dec, " (forged or corrupt handle)"));
+}
+
+}  // namespace
 
 Mapping::~Mapping() {
   if (!owned_) return;
@@ -24,22 +62,47 @@ gpu::MemHandle IpcManager::export_range(const void* p, size_t len, uint64_t* off
     h.owner_pid = self_.pid;
     h.owner_start = self_.start_time;
     it = exports_.insert_or_assign(r.base, Exported{h, r.base, r.bytes}).first;
+    {
+      std::lock_guard<std::mutex> gp(process_exports_mu());
+      process_exports()[h.owner_base] = ProcessExport{h.kind, h.alloc_id, h.alloc_bytes, this, rank_};
+    }
     ctr_.exports.fetch_add(1, std::memory_order_relaxed);
   }
   *offset = static_cast<uint64_t>(static_cast<const char*>(p) - r.base);
   return it->second.handle;
 }
 
+char* IpcManager::in_process_base(int peer, const gpu::MemHandle& h) const {
+  auto reject = [&](const char* why) {
+    throw Error(cat("rejected a buffer handle from rank ", peer, " that claims to be owned by this process (pid ",
+                    h.owner_pid, ", base 0x", std::hex, h.owner_base, std::dec, ", allocation id ", h.alloc_id, ", ",
+                    h.alloc_bytes, " bytes): ", why, " (forged or corrupt handle)"));
+  };
+  std::lock_guard<std::mutex> gp(process_exports_mu());
+  auto it = process_exports().find(h.owner_base);
+  if (it == process_exports().end()) reject("no allocation exported by this process starts there");
+  const ProcessExport& e = it->second;
+  if (e.alloc_id != h.alloc_id || e.bytes != h.alloc_bytes || e.kind != h.kind)
+    reject(cat("the allocation exported there is id ", e.alloc_id, ", ", e.bytes, " bytes").c_str());
+  if (e.owner == this) reject("it names one of this rank's own allocations, never a peer's buffer");
+  if (e.rank >= 0 && peer >= 0 && e.rank != peer)
+    reject(cat("that allocation was exported by rank ", e.rank).c_str());
+  return reinterpret_cast<char*>(h.owner_base);
+}
+
 std::shared_ptr<Mapping> IpcManager::open_locked(int peer, const gpu::MemHandle& h) {
   AllocKey k = key_of(peer, h);
   auto it = mappings_.find(k);
   if (it != mappings_.end())
-    if (auto m = it->second.lock()) return m;
+    if (auto m = it->second.lock()) {
+      check_same_allocation(peer, m->handle(), h);
+      return m;
+    }
   std::shared_ptr<Mapping> m;
   if (h.owner_pid == self_.pid && h.owner_start == self_.start_time) {
-    m = std::make_shared<Mapping>(be_, ctr_, h, reinterpret_cast<char*>(h.owner_base), false);
+    m = std::make_shared<Mapping>(be_, ctr_, h, in_process_base(peer, h), false);
   } else {
-    char* base = static_cast<char*>(be_.open(h));
+    char* base = static_cast<char*>(be_.open_from(h, peer));
     ctr_.opens.fetch_add(1, std::memory_order_relaxed);
     m = std::make_shared<Mapping>(be_, ctr_, h, base, true);
   }
@@ -72,13 +135,38 @@ Binding IpcManager::bind(int peer, const Publication& pub) {
 
 void IpcManager::forget_export(const void* base) {
   std::lock_guard<std::mutex> g(mu_);
-  exports_.erase(static_cast<char*>(const_cast<void*>(base)));
+  auto it = exports_.find(static_cast<char*>(const_cast<void*>(base)));
+  if (it == exports_.end()) return;
+  {
+    std::lock_guard<std::mutex> gp(process_exports_mu());
+    auto pe = process_exports().find(it->second.handle.owner_base);
+    if (pe != process_exports().end() && pe->second.owner == this) process_exports().erase(pe);
+  }
+  exports_.erase(it);
+}
+
+void IpcManager::unregister_exports_locked() {
+  std::lock_guard<std::mutex> gp(process_exports_mu());
+  for (auto& [base, e] : exports_) {
+    auto pe = process_exports().find(e.handle.owner_base);
+    if (pe != process_exports().end() && pe->second.owner == this) process_exports().erase(pe);
+  }
+  exports_.clear();
 }
 
 void* IpcManager::acquire(int peer, const gpu::MemHandle& h) {
   std::lock_guard<std::mutex> g(mu_);
   auto& slot = acquired_[key_of(peer, h)];
-  if (!slot.first) slot.first = open_locked(peer, h);
+  if (!slot.first) {
+    try {
+      slot.first = open_locked(peer, h);
+    } catch (...) {
+      acquired_.erase(key_of(peer, h));
+      throw;
+    }
+  } else {
+    check_same_allocation(peer, slot.first->handle(), h);
+  }
   ++slot.second;
   return slot.first->base();
 }
@@ -97,7 +185,7 @@ void IpcManager::close_all() {
     std::lock_guard<std::mutex> g(mu_);
     b.swap(bindings_);
     a.swap(acquired_);
-    exports_.clear();
+    unregister_exports_locked();
   }
   b.clear();
   a.clear();

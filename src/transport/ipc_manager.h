@@ -45,9 +45,17 @@ struct Binding {
   std::shared_ptr<Mapping> map;
 };
 
+// Handles come from peers through shared memory and are untrusted: a handle is mapped only as an
+// allocation of the peer that sent it. One whose owner is this process (ranks sharing a process)
+// is used as a raw pointer only when it names an allocation some IpcManager of this process really
+// exported (process-wide table: base, allocation id, size and kind must all match), not one of
+// this manager's own, and, when ranks are known, one exported by that very peer. Anything else is
+// rejected with Error before any byte moves. The backend checks what it can of the rest (host: the
+// segment name must be one of that peer's allocations).
 class IpcManager {
  public:
-  IpcManager(gpu::Backend& be, common::ProcId self) : be_(be), self_(self) {}
+  // `rank`: this manager's rank (-1 in tests that do not care); recorded with its exports.
+  IpcManager(gpu::Backend& be, common::ProcId self, int rank = -1) : be_(be), self_(self), rank_(rank) {}
   ~IpcManager() { close_all(); }
 
   // Exports the allocation holding [p, p+len) once; *offset = p - allocation base.
@@ -77,8 +85,13 @@ class IpcManager {
   // (CUDA refuses to open a handle in the process that exported it).
   std::shared_ptr<Mapping> open_locked(int peer, const gpu::MemHandle& h);
 
+  // The exporter's pointer for an in-process handle, after the checks above; throws Error.
+  char* in_process_base(int peer, const gpu::MemHandle& h) const;
+  void unregister_exports_locked();
+
   gpu::Backend& be_;
   common::ProcId self_;
+  int rank_;
   IpcCounters ctr_;
   std::mutex mu_;
   struct Exported {

@@ -32,7 +32,7 @@ Transport::Transport(const std::string& unique_id, int rank, int world, int devi
   // The bootstrap carries no transport state: join information goes through its allgather.
   boot_ = std::make_unique<bootstrap::Bootstrap>(unique_id, rank, world, opts.timeout, opts.interrupt_check);
   backend_ = gpu::make_backend(device, common::cat(boot_->job_prefix(), "r", rank, "_"));
-  ipc_ = std::make_unique<IpcManager>(*backend_, common::self_proc_id());
+  ipc_ = std::make_unique<IpcManager>(*backend_, common::self_proc_id(), rank);
   try {
     setup_links();
   } catch (...) {

@@ -79,8 +79,8 @@ TEST(IpcCache, ExportOncePerAllocationOpenOncePerPeerAllocation) {
   std::string job = common::shm_prefix_for(pltest::unique_test_id("ipc"));
   std::string prefix = job + "r0_";
   auto be = gpu::make_backend(-1, prefix);
-  // The importer is rank 1 of the same job: a host backend refuses to open its own allocations
-  // as a peer's (issue 12 #8), so it needs a backend of its own.
+  // The importer is rank 1 of the same job and binds buffers of rank 0, the exporter: a host
+  // backend opens only allocations of the rank a handle came from (issue 12 #8).
   auto be1 = gpu::make_backend(-1, job + "r1_");
   common::ProcId fake_peer{1, 1};  // pretend the exporter is another process, so opens happen
   IpcManager exporter(*be, fake_peer);
@@ -94,7 +94,7 @@ TEST(IpcCache, ExportOncePerAllocationOpenOncePerPeerAllocation) {
   EXPECT_EQ(h1.alloc_id, h2.alloc_id);
   EXPECT_THROW(exporter.export_range(a + 65000, 1000, &off), InvalidArgument);  // past the end
   Publication p1{1, 1, 100, 50, h1}, p2{2, 1, 4000, 1000, h2};
-  Binding b1 = importer.bind(1, p1), b2 = importer.bind(1, p2);
+  Binding b1 = importer.bind(0, p1), b2 = importer.bind(0, p2);
   EXPECT_EQ(importer.counters().opens.load(), 1u);  // one mapping for both buffer ids
   b1.ptr[0] = 'q';
   EXPECT_EQ(a[100], 'q');  // the mapping aliases the allocation
@@ -102,10 +102,10 @@ TEST(IpcCache, ExportOncePerAllocationOpenOncePerPeerAllocation) {
   // A new version on another allocation replaces buffer 1's mapping; buffer 2 keeps the old one open.
   char* c = static_cast<char*>(be->alloc(4096));
   gpu::MemHandle h3 = exporter.export_range(c, 4096, &off);
-  b1 = importer.bind(1, Publication{1, 2, 0, 4096, h3});
+  b1 = importer.bind(0, Publication{1, 2, 0, 4096, h3});
   EXPECT_EQ(importer.counters().opens.load(), 2u);
   EXPECT_EQ(importer.counters().closes.load(), 0u);
-  b2 = importer.bind(1, Publication{2, 2, 0, 4096, h3});
+  b2 = importer.bind(0, Publication{2, 2, 0, 4096, h3});
   b1 = Binding();
   b2 = Binding();
   EXPECT_EQ(importer.counters().closes.load(), 1u);  // the old allocation's last user went

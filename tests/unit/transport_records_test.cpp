@@ -20,16 +20,15 @@ using namespace peerlink::detail;
 TEST(IpcCache, BindingFollowsTheCheckedRecordsOffset) {
   std::string job = common::shm_prefix_for(pltest::unique_test_id("ipc7"));
   auto be = gpu::make_backend(-1, job + "r0_");
-  // The importer is rank 1 of the same job: a host backend refuses to open its own allocations.
-  auto be1 = gpu::make_backend(-1, job + "r1_");
+  auto be1 = gpu::make_backend(-1, job + "r1_");  // the importer, rank 1, binds rank 0's buffers
   IpcManager exporter(*be, common::ProcId{1, 1});  // another "process": opens happen
   IpcManager importer(*be1, common::self_proc_id());
   char* a = static_cast<char*>(be->alloc(8192));
   uint64_t off = 0;
   gpu::MemHandle h = exporter.export_range(a, 8192, &off);
   Publication first{1, 1, 0, 8192, h}, moved{1, 1, 6000, 100, h};
-  Binding b1 = importer.bind(1, first);
-  Binding b2 = importer.bind(1, moved);
+  Binding b1 = importer.bind(0, first);
+  Binding b2 = importer.bind(0, moved);
   EXPECT_EQ(b2.ptr - b1.ptr, 6000) << "the cached binding's old offset was reused";
   EXPECT_EQ(b2.len, 100u);
   EXPECT_EQ(importer.counters().opens.load(), 1u);  // same allocation: still one mapping
