@@ -105,7 +105,8 @@ void CommImpl::check_interrupt() {
 
 gpu::Backend& CommImpl::backend() {
   // The reference outlives this scope: callers are inside a CommServices::Call (collectives) or
-  // an upper-state destructor run by close() itself.
+  // an upper-state destructor run by close() itself (which frees its memory through it).
+  if (in_upper_teardown()) return transport_->backend();
   Scope s(*this, "backend");
   check_open("backend");
   return transport_->backend();
@@ -142,6 +143,10 @@ void* CommImpl::open_peer_memory(int peer, const gpu::MemHandle& h) {
 }
 
 void CommImpl::release_peer_memory(int peer, const gpu::MemHandle& h) {
+  if (in_upper_teardown()) {  // close() destroying upper state: release now, in order
+    transport_->ipc().release(peer, h);
+    return;
+  }
   // After close the transport closes every mapping itself.
   if (closed()) return;
   Scope s(*this, "release_peer_memory");
@@ -223,9 +228,16 @@ void CommImpl::close() {
     return;
   }
   {
-    // Upper layers first: they hold mappings and memory of the transport.
-    std::lock_guard<std::mutex> g2(upper_mu_);
-    upper_.clear();
+    // Upper layers first: they hold mappings and memory of the transport, and free them through
+    // backend() / release_peer_memory(), which let this thread through (in_upper_teardown).
+    std::map<std::string, std::shared_ptr<void>> upper;
+    {
+      std::lock_guard<std::mutex> g2(upper_mu_);
+      upper.swap(upper_);
+    }
+    upper_teardown_.store(std::this_thread::get_id(), std::memory_order_release);
+    upper.clear();
+    upper_teardown_.store(std::thread::id(), std::memory_order_release);
   }
   if (transport_) transport_->shutdown();
   transport_.reset();

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "gpu/backend.h"
 #include "peerlink/communicator.h"
@@ -81,6 +82,13 @@ class CommImpl final : public CommServices {
   // check_usable() without the interrupted-collectives check: memory services stay usable.
   void check_open(const char* what);
   void validate_peer(int peer, const char* what) const;
+  // True on the thread that runs close()'s destruction of the upper layers' state: their
+  // destructors free their memory and release their mappings through backend() /
+  // release_peer_memory() although the communicator is already marked closed (no call is in
+  // flight then, and the transport still exists).
+  bool in_upper_teardown() const {
+    return upper_teardown_.load(std::memory_order_acquire) == std::this_thread::get_id();
+  }
 
   std::string unique_id_;
   int rank_;
@@ -92,6 +100,7 @@ class CommImpl final : public CommServices {
   std::mutex close_mu_;  // concurrent close() calls: the second waits for the first to finish
   std::mutex upper_mu_;
   std::map<std::string, std::shared_ptr<void>> upper_;
+  std::atomic<std::thread::id> upper_teardown_{};  // the thread destroying upper_, else none
   std::unique_ptr<Transport> transport_;
 };
 
