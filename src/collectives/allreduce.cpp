@@ -6,6 +6,7 @@
 #include "collectives/coll_state.h"
 #include "collectives/device_launch.h"
 #include "common/log.h"
+#include "gpu/owners.h"
 #include "peerlink/collectives.h"
 #include "peerlink/errors.h"
 #include "transport/services.h"
@@ -84,6 +85,9 @@ void check_device_error(coll::CollState& st) {
 
 void device_allreduce(coll::CollState& st, const void* src, void* dst, size_t count, DataType dtype,
                       ReduceOp op, AllreduceAlgo algo, void* stream) {
+  // The launch and the event calls run on the communicator's device; the caller's current device
+  // is put back on return (costs one runtime query when it already is the right one).
+  gpu::DeviceGuard dg(st.device);
   const size_t elem = dtype_size(dtype);
   coll::LaunchArgs a;
   a.src = src;

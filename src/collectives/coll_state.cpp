@@ -54,6 +54,13 @@ std::mutex& setup_mutex() {
 
 CollState::~CollState() {
   if (!svc) return;
+  // Teardown runs on the user's thread (close()): the device is switched only for it, and the
+  // owners below release on their own device after this body.
+  std::unique_ptr<gpu::DeviceGuard> dg;
+  try {
+    dg = std::make_unique<gpu::DeviceGuard>(host ? -1 : device);
+  } catch (...) {
+  }
   try {
     if (!host && event_valid) {
       // No kernel may still use the buffers we are about to free (bounded: a wedged peer). The
@@ -75,14 +82,12 @@ CollState::~CollState() {
   }
   try {
     if (data[rank]) svc->backend().free(data[rank]);
-    if (flags[rank]) {
-      if (host) svc->backend().free(flags[rank]);
-      else gpu::device_free(flags[rank]);
-    }
   } catch (...) {
   }
-  if (order_event) gpu::event_destroy(order_event);
-  if (error) gpu::host_free_mapped(error);
+  try {
+    if (host && flags[rank]) svc->backend().free(flags[rank]);  // GPU: flags_mem frees it
+  } catch (...) {
+  }
 }
 
 CollState& coll_state(Communicator& comm) {
@@ -118,21 +123,26 @@ CollState& coll_state(Communicator& comm) {
     st->generic_oneshot = opts.allreduce_oneshot_generic;
   }
 
+  // The device is current for the setup only; the user's thread gets its own back (no-op on host).
+  gpu::DeviceGuard dg(svc.device());
   SetupRecord mine;
   {
     // Everything allocated here is owned by `st` as soon as it exists, so a throw frees it.
     st->svc = &svc;
+    st->device = svc.device();
     gpu::Backend& be = svc.backend();
     if (st->host) {
       st->flags[st->rank] = static_cast<FlagArea*>(be.alloc(sizeof(FlagArea)));
       std::memset(st->flags[st->rank], 0, sizeof(FlagArea));
     } else {
-      gpu::set_device(svc.device());
-      st->flags[st->rank] = static_cast<FlagArea*>(gpu::device_malloc_flags(sizeof(FlagArea)));
+      st->flags_mem = gpu::DeviceAlloc(st->device, gpu::device_malloc_flags(sizeof(FlagArea)));
+      st->flags[st->rank] = st->flags_mem.as<FlagArea>();
       gpu::memset_sync(st->flags[st->rank], 0, sizeof(FlagArea));
       gpu::stream_sync(nullptr);  // zeroed before any peer can learn the handle
-      st->error = static_cast<uint32_t*>(gpu::host_alloc_mapped(64));
-      st->order_event = gpu::event_create();
+      st->error_mem = gpu::MappedHostAlloc::create(st->device, 64);
+      st->error = st->error_mem.as<uint32_t>();
+      st->event_mem = gpu::EventOwner::create(st->device);
+      st->order_event = st->event_mem.get();
       st->sm_count = gpu::multiprocessor_count(svc.device());
     }
     st->data[st->rank] = static_cast<char*>(be.alloc(st->layout.total()));

@@ -11,6 +11,7 @@
 
 #include "collectives/layout.h"
 #include "gpu/backend.h"
+#include "gpu/owners.h"
 
 namespace peerlink {
 class Communicator;
@@ -40,11 +41,18 @@ struct CollState {
 
   std::mutex mu;            // one allreduce at a time per communicator (launch order = seq order)
   uint64_t host_seq = 0;    // host backend: steps done (the device keeps its own counter)
-  uint32_t* error = nullptr;  // GPU: mapped pinned host word written by kernels
+  uint32_t* error = nullptr;  // GPU: mapped pinned host word written by kernels (error_mem's)
   void* last_stream = nullptr;
   bool event_valid = false;  // order_event was recorded (outside capture) after our last launch
-  gpu::Event order_event = nullptr;
+  gpu::Event order_event = nullptr;  // event_mem's
   std::exception_ptr broken;  // a call failed mid-protocol: ranks disagree now, every call rethrows
+
+  // GPU resources, owned (released on their device, whatever the thread's current one is); the
+  // raw fields above and flags[rank] are views of them for the launch code.
+  int device = -1;
+  gpu::DeviceAlloc flags_mem;
+  gpu::MappedHostAlloc error_mem;
+  gpu::EventOwner event_mem;
 
   ~CollState();
 };

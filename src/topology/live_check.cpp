@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "gpu/owners.h"
 #include "gpu/runtime.h"
 #include "topology/policy.h"
 
@@ -34,13 +35,19 @@ std::vector<uint8_t> pattern(uint32_t seed) {
 std::string one_way(int src_dev, void* src, int dst_dev, void* dst, uint32_t seed) {
   const std::vector<uint8_t> want = pattern(seed);
   std::vector<uint8_t> got(kCheckBytes, 0);
-  gpu::set_device(dst_dev);
-  gpu::memset_sync(dst, 0, kCheckBytes);
-  gpu::set_device(src_dev);
-  gpu::memcpy_sync(src, want.data(), kCheckBytes);
-  gpu::memcpy_sync(dst, src, kCheckBytes);  // the device-to-device copy under test
-  gpu::set_device(dst_dev);
-  gpu::memcpy_sync(got.data(), dst, kCheckBytes);
+  {
+    gpu::DeviceGuard g(dst_dev);
+    gpu::memset_sync(dst, 0, kCheckBytes);
+  }
+  {
+    gpu::DeviceGuard g(src_dev);
+    gpu::memcpy_sync(src, want.data(), kCheckBytes);
+    gpu::memcpy_sync(dst, src, kCheckBytes);  // the device-to-device copy under test
+  }
+  {
+    gpu::DeviceGuard g(dst_dev);
+    gpu::memcpy_sync(got.data(), dst, kCheckBytes);
+  }
   for (size_t i = 0; i < kCheckBytes; ++i) {
     if (got[i] != want[i]) {
       char buf[160];
@@ -54,27 +61,16 @@ std::string one_way(int src_dev, void* src, int dst_dev, void* dst, uint32_t see
 
 }  // namespace
 
+// Every device switch is scoped (DeviceGuard) and the allocations are owned (freed on their
+// device), so the caller's thread keeps its current device whatever fails.
 std::string runtime_copy_check(int a, int b) {
-  int prev = -1;
-  void* pa = nullptr;
-  void* pb = nullptr;
   std::string err;
   try {
-    prev = gpu::current_device();
-    gpu::set_device(a);
-    pa = gpu::device_malloc(kCheckBytes);
-    gpu::set_device(b);
-    pb = gpu::device_malloc(kCheckBytes);
-    err = one_way(a, pa, b, pb, static_cast<uint32_t>(a * 131 + b));
-    if (err.empty()) err = one_way(b, pb, a, pa, static_cast<uint32_t>(b * 131 + a + 7));
+    gpu::DeviceAlloc pa = gpu::DeviceAlloc::create(a, kCheckBytes);
+    gpu::DeviceAlloc pb = gpu::DeviceAlloc::create(b, kCheckBytes);
+    err = one_way(a, pa.get(), b, pb.get(), static_cast<uint32_t>(a * 131 + b));
+    if (err.empty()) err = one_way(b, pb.get(), a, pa.get(), static_cast<uint32_t>(b * 131 + a + 7));
   } catch (const std::exception& e) { err = cat("device ", a, " <-> device ", b, ": ", e.what()); }
-  try {
-    if (pa) gpu::device_free(pa);
-    if (pb) gpu::device_free(pb);
-    if (prev >= 0) gpu::set_device(prev);
-  } catch (const std::exception& e) {
-    if (err.empty()) err = cat("device ", a, " <-> device ", b, " cleanup: ", e.what());
-  }
   return err;
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "gpu/owners.h"
 #include "gpu/runtime.h"
 #include "peerlink/errors.h"
 #include "transport/comm_impl.h"
@@ -62,7 +63,7 @@ StreamEngine::StreamEngine(CommImpl& impl) : impl_(impl) {
       std::memset(area_, 0, area_len_);  // counters start at 0 (flags need no reset later)
       std::memcpy(area_, &h, sizeof h);
     } else {
-      gpu::set_device(impl.device());
+      gpu::DeviceGuard dg(impl.device());  // the user's thread keeps its current device
       gpu::memset_sync(area_, 0, area_len_);
       be.copy_sync(area_, &h, sizeof h);
       gpu::stream_sync(nullptr);  // zeroed before any peer can learn the handle

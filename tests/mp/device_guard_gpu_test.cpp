@@ -141,6 +141,59 @@ TEST_P(ContractDeviceGuard, NoContextOnOtherDevices) {
   EXPECT_TRUE(pltest::leftover_segments(uid).empty());
 }
 
+// Collectives: the first allreduce sets up its state (allocations, events, mapped error word),
+// later ones launch kernels; neither may leave the communicator's device current on the user's
+// thread, and close() (the state's teardown) neither. The sums are checked, so the guard did not
+// send the work to the wrong device.
+TEST_P(ContractDeviceGuard, AllreduceRestoresUserDevice) {
+  REQUIRE_GPU_DEVICES();
+  if (GetParam() != Path::Auto) GTEST_SKIP() << "allreduce does not depend on the p2p path";
+  const std::string uid = pltest::unique_test_id("devguard-ar");
+  std::string fails = run_ranks(2, [&](int rank) {
+    const int n = gpu::device_count();
+    const int dev = device_of(rank);
+    const int user = n >= 2 ? (dev + 1) % n : dev;
+    gpu::set_device(user);
+    auto same = [&](const char* call) {
+      int cur = gpu::current_device();
+      MP_CHECK_MSG(cur == user, "after " << call << " the current device is " << cur << ", the user set " << user);
+    };
+    {
+      Communicator comm(uid, rank, 2, dev, opts(Path::Auto));
+      gpu::StreamOwner stream = gpu::StreamOwner::create(dev);
+      same("StreamOwner::create");
+      for (size_t count : {size_t(4), size_t(1) << 20}) {  // one-shot LL and a larger algorithm
+        float* buf = static_cast<float*>(comm.alloc(count * sizeof(float)));
+        std::vector<float> h(count);
+        for (size_t i = 0; i < count; ++i) h[i] = float((rank + 1) * (i % 7 + 1));
+        {
+          gpu::DeviceGuard g(dev);
+          gpu::memcpy_sync(buf, h.data(), count * sizeof(float));
+        }
+        for (int k = 0; k < 2; ++k) {  // the first call of the communicator also sets up the state
+          allreduce(comm, buf, buf, count, DataType::F32, ReduceOp::Sum, stream.get());
+          same(k == 0 ? "allreduce (first)" : "allreduce");
+          {
+            gpu::DeviceGuard g(dev);
+            gpu::stream_sync(stream.get());
+            gpu::memcpy_sync(h.data(), buf, count * sizeof(float));
+          }
+          const float scale = k == 0 ? 3.0f : 6.0f;  // 1 + 2, then doubled by the second sum
+          for (size_t i = 0; i < count; ++i)
+            MP_CHECK_MSG(h[i] == scale * float(i % 7 + 1), "count " << count << " call " << k << ": element " << i
+                                                                    << " is " << h[i]);
+        }
+        comm.free(buf);
+        same("free");
+      }
+      comm.barrier();
+    }
+    same("~Communicator (collectives teardown)");
+  }, milliseconds(120000));
+  EXPECT_EQ(fails, "");
+  EXPECT_TRUE(pltest::leftover_segments(uid).empty());
+}
+
 INSTANTIATE_TEST_SUITE_P(Gpu, ContractDeviceGuard, testing::Values(Path::Auto, Path::Relay),
                          [](const testing::TestParamInfo<Path>& i) { return std::string(to_string(i.param)); });
 
