@@ -113,7 +113,9 @@ test-tsan:
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 setarch $$(uname -m) -R build-tsan/bin/peerlink_tests --gtest_filter='$(TSAN_FILTER)'
 	@bash scripts/check_shm_clean.sh
 
+# Every build directory the makefiles, scripts and setup.py use (fixed names only: an overridden
+# BUILD=... is the caller's to remove, never an rm -rf of whatever it names).
 clean:
-	rm -rf build build-asan build-tsan build-cuda build-hip
+	rm -rf build build-host build-asan build-tsan build-cuda build-hip build-fuzz build-py
 
 -include $(LIB_OBJS:.o=.d) $(TEST_OBJS:.o=.d)
