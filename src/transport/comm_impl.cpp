@@ -81,9 +81,11 @@ void CommImpl::check_usable() {
   check_open("collective");
   // Collectives stop here (upper layers call this first): the ranks disagree on how many
   // barriers or steps ran, so going on would pair this rank with the wrong ones.
+  // The reason is bootstrap's: a barrier that timed out or lost a peer is not "interrupted".
   if (transport_->boot().interrupted())
-    throw Error(cat("communicator (rank ", rank_, " of '", unique_id_, "'): an earlier barrier or collective was ",
-                    "interrupted, so its ranks no longer agree on how many ran; close the communicator"));
+    throw Error(cat("communicator (rank ", rank_, " of '", unique_id_, "'): an earlier barrier or collective wait ",
+                    transport_->boot().out_of_step_reason(),
+                    ", so its ranks no longer agree on how many ran; close the communicator"));
 }
 
 void CommImpl::validate_peer(int peer, const char* what) const {
@@ -190,10 +192,13 @@ Request CommImpl::isend(int peer, const void* src, size_t len, uint32_t buf_id, 
   return transport_->isend(peer, src, len, buf_id, offset, version);
 }
 
-void CommImpl::send_direct(int peer, const void* src, size_t len, uint32_t buf_id, uint64_t version, size_t offset) {
+void CommImpl::send_direct(int peer, const void* src, size_t len, uint32_t buf_id, uint64_t version, size_t offset,
+                           std::chrono::milliseconds timeout) {
   Scope s(*this, "send_direct");
   validate_peer(peer, "send_direct");
-  transport_->send_direct(peer, src, len, buf_id, version, offset);
+  if (timeout.count() <= 0)
+    throw InvalidArgument(cat("send_direct to rank ", peer, ": timeout must be > 0 ms, got ", timeout.count()));
+  transport_->send_direct(peer, src, len, buf_id, version, offset, timeout);
 }
 
 Request CommImpl::irecv(int peer, uint32_t buf_id, size_t offset, size_t len) {
