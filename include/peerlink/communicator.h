@@ -58,8 +58,14 @@ class Communicator {
   // the published one. version == 0: per-message handshake with the peer's matching irecv.
   Request isend(int peer, const void* src, size_t len, uint32_t buf_id, size_t offset,
                 uint64_t version);
+  // isend + wait. Waits run Options::interrupt_check and notice close() on another thread; on any
+  // failure (timeout, lost peer, interruption) the message is given up before the error returns:
+  // the call never reads `src` again once it returned.
   void send_direct(int peer, const void* src, size_t len, uint32_t buf_id, uint64_t version,
                    size_t offset = 0);
+  // The same with its own bound instead of Options::timeout (the Python binding's `timeout`).
+  void send_direct(int peer, const void* src, size_t len, uint32_t buf_id, uint64_t version,
+                   size_t offset, std::chrono::milliseconds timeout);
   // Completes when the next matching send from `peer` has landed in [buf_id + offset, +len).
   Request irecv(int peer, uint32_t buf_id, size_t offset, size_t len);
 

@@ -205,9 +205,16 @@ class Communicator:
     def send_direct(self, peer: int, tensor, remote_ipc_id: int, binding_version: int = 1,
                     remote_offset: int = 0, nbytes: Optional[int] = None, stream=None,
                     timeout: Optional[float] = None) -> None:
-        """isend_direct(...).wait(): returns when the bytes have landed in the peer's buffer."""
-        self.isend_direct(peer, tensor, remote_ipc_id, binding_version, remote_offset, nbytes,
-                          stream).wait(timeout)
+        """Returns when the bytes have landed in the peer's buffer (`timeout` seconds at most, None:
+        the communicator's). On any error, Ctrl-C included, the message is given up before the
+        exception is raised: the tensor is never read again once this returned."""
+        view = self._view(tensor, "send_direct", stream)
+        length = view.nbytes if nbytes is None else int(nbytes)
+        if length < 0 or length > view.nbytes:
+            raise _C.InvalidArgument(f"send_direct to rank {peer}: nbytes {length} but the tensor "
+                                     f"holds {view.nbytes} bytes")
+        self._c.send_direct(int(peer), view.address, length, int(remote_ipc_id), int(remote_offset),
+                            int(binding_version), timeout)
 
     # ---- collectives ----------------------------------------------------------------------------
     def allreduce(self, tensor, op: str = "sum", stream=None) -> None:

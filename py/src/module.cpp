@@ -304,6 +304,21 @@ void register_comm(py::module_& m) {
         }
         return make_request(std::move(r), std::move(keep), describe("send to", peer, id, len), c);
       }, py::return_value_policy::take_ownership)
+      // The C++ send_direct, not isend + wait: on a timeout, a lost peer or Ctrl-C (its waits run
+      // check_signals through Options::interrupt_check) it gives the message up before raising, so
+      // a returned call never reads the tensor again (issue 12 #3). The caller's frame keeps the
+      // tensor alive for the duration of the call.
+      .def("send_direct", [](C& c, int peer, uintptr_t src, size_t len, uint32_t id, size_t offset,
+                             uint64_t ver, std::optional<double> timeout_s) {
+        milliseconds t = c.options().timeout;
+        if (timeout_s) {
+          if (!(*timeout_s >= 0)) throw InvalidArgument("timeout must be >= 0 seconds, got " + std::to_string(*timeout_s));
+          t = milliseconds(std::max<int64_t>(1, static_cast<int64_t>(*timeout_s * 1000.0)));
+        }
+        py::gil_scoped_release nogil;
+        c.send_direct(peer, as_ptr(src), len, id, ver, offset, t);
+      }, py::arg("peer"), py::arg("src"), py::arg("len"), py::arg("id"), py::arg("offset"), py::arg("version"),
+         py::arg("timeout") = py::none())
       .def("irecv", [](C& c, int peer, uint32_t id, size_t offset, size_t len) {
         Request r;
         {

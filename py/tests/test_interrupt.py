@@ -125,3 +125,32 @@ def test_ctrl_c_interrupts_host_allreduce():
         pytest.skip("library built without collectives")
     took = run_ranks(_allreduce, comm_timeout=COMM_TIMEOUT)[0]
     assert took < PROMPT
+
+
+
+def _send_direct(comm, ctx):
+    """Ring completion: a send completes when the peer's irecv takes it, and the peer posts none.
+    send_direct is the C++ call (not isend + wait): Ctrl-C and its own timeout end it promptly, and
+    the message is given up before the exception (issue 12 #3), so the tensor may be reused."""
+    import time
+
+    import peerlink
+
+    if ctx.rank == 1:
+        inbox = ctx.empty(comm, 64)  # kept alive: freeing it would revoke the publication
+        comm.notify_ipc_tensor(0, 1, inbox)
+        return _idle_until_released(comm, ctx)
+    buf = ctx.random(64, seed=3)
+    comm.wait_ipc_buffer(1, 1)
+    took = _interrupted(lambda: comm.send_direct(1, buf, 1))
+    t0 = time.monotonic()
+    with pytest.raises(peerlink.TimeoutError, match="not complete after 300 ms"):
+        comm.send_direct(1, buf, 1, timeout=0.3)
+    assert time.monotonic() - t0 < PROMPT
+    _release_idle_peer(comm, ctx)
+    return took
+
+
+def test_ctrl_c_interrupts_send_direct():
+    took = run_ranks(_send_direct, comm_timeout=COMM_TIMEOUT, env={"PEERLINK_COMPLETION": "ring"})[0]
+    assert took < PROMPT

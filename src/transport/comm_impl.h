@@ -57,7 +57,8 @@ class CommImpl final : public CommServices {
   Request isend(int peer, const void* src, size_t len, uint32_t buf_id, size_t offset,
                 uint64_t version);
   // isend + wait; on failure the send is given up before the error returns (never reads src again)
-  void send_direct(int peer, const void* src, size_t len, uint32_t buf_id, uint64_t version, size_t offset);
+  void send_direct(int peer, const void* src, size_t len, uint32_t buf_id, uint64_t version, size_t offset,
+                   std::chrono::milliseconds timeout);
   Request irecv(int peer, uint32_t buf_id, size_t offset, size_t len);
   void close();
   bool closed() const { return closed_.load(std::memory_order_acquire); }

@@ -28,7 +28,11 @@ Request Communicator::isend(int peer, const void* src, size_t len, uint32_t buf_
 }
 void Communicator::send_direct(int peer, const void* src, size_t len, uint32_t buf_id, uint64_t version,
                                size_t offset) {
-  impl_->send_direct(peer, src, len, buf_id, version, offset);
+  impl_->send_direct(peer, src, len, buf_id, version, offset, options().timeout);
+}
+void Communicator::send_direct(int peer, const void* src, size_t len, uint32_t buf_id, uint64_t version,
+                               size_t offset, std::chrono::milliseconds timeout) {
+  impl_->send_direct(peer, src, len, buf_id, version, offset, timeout);
 }
 Request Communicator::irecv(int peer, uint32_t buf_id, size_t offset, size_t len) {
   return impl_->irecv(peer, buf_id, offset, len);

@@ -100,10 +100,31 @@ Request Transport::isend(int peer, const void* src, size_t len, uint32_t buf_id,
   return submit_send(peer, src, len, buf_id, offset, version).req;
 }
 
-void Transport::send_direct(int peer, const void* src, size_t len, uint32_t buf_id, uint64_t version, size_t offset) {
+void Transport::send_direct(int peer, const void* src, size_t len, uint32_t buf_id, uint64_t version, size_t offset,
+                            std::chrono::milliseconds timeout) {
   SendHandle h = submit_send(peer, src, len, buf_id, offset, version);
   try {
-    h.req.wait();
+    // In slices, so the interruption hook (Python's Ctrl-C, close() on another thread) runs about
+    // every InterruptPoll::kInterval; without a hook, one wait.
+    if (!opts_.interrupt_check) {
+      h.req.wait(timeout);
+    } else {
+      const auto deadline = std::chrono::steady_clock::now() + timeout;
+      common::InterruptPoll interrupt(opts_.interrupt_check);
+      for (;;) {
+        if (h.req.test()) break;  // throws the operation's own error
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0)
+          throw TimeoutError(cat(h.op->req->what(), ": not complete after ", timeout.count(), " ms"));
+        try {
+          h.req.wait(std::min(left, common::InterruptPoll::kInterval));
+          break;
+        } catch (const TimeoutError&) {
+          if (h.req.test()) break;  // the slice ended as it completed; a failed op throws its error here
+        }
+        interrupt.poll();
+      }
+    }
   } catch (...) {
     // A returned call never touches caller memory again: give the message up (no more copies
     // from src; those in flight are waited for) before the error reaches the caller.
