@@ -114,6 +114,15 @@ def _entry(fn, rank, world, kind, uid, comm_timeout, make_comm, env, args, conn)
         conn.close()
 
 
+def unique_id(name: str) -> str:
+    """A fresh unique id that starts with the test run's tag ($PEERLINK_TEST_RUN, exported by
+    `make test`; "t" by hand), as tests/support/mp.h's unique_test_id: the leak check
+    (scripts/check_shm_clean.sh) then covers the segments of Python tests too, and only this run's.
+    The tag comes first because SHM names keep only the id's first 32 characters."""
+    tag = os.environ.get("PEERLINK_TEST_RUN") or "t"
+    return f"{tag}-{name}-{uuid.uuid4().hex[:12]}"
+
+
 def shm_left(uid: str):
     clean = "".join(c if (c.isalnum() or c == "-") else "-" for c in uid)[:32]
     return sorted(glob.glob(f"/dev/shm/pl_{clean}_*"))
@@ -126,7 +135,7 @@ def run_ranks(fn, world=2, kind="numpy", args=(), timeout=60.0, comm_timeout=20.
     Returns the list of per-rank return values. Fails with every rank's traceback when one raised,
     and kills everything when `timeout` runs out. Ranks in expect_killed must die by SIGKILL.
     """
-    uid = f"pytest-{uuid.uuid4().hex[:12]}"
+    uid = unique_id("py")
     mpc = mp.get_context("spawn")
     pipes, procs = [], []
     for rank in range(world):

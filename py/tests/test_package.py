@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import peerlink
-from plmp import run_ranks, shm_left
+from plmp import run_ranks, shm_left, unique_id
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -79,7 +79,7 @@ def test_launch_timeout_lets_ranks_clean_up(tmp_path):
                       "    c.barrier()\n"
                       "    print('ready', flush=True)\n"
                       "    time.sleep(60)\n")
-    uid = f"pytest-launch-{os.getpid()}"
+    uid = unique_id(f"launch{os.getpid()}")
     p, took = _launch("-n", "2", "--timeout", "8", "--unique-id", uid, str(script))
     left = shm_left(uid)
     for path in left:
