@@ -3,7 +3,11 @@
 // input (typed error naming the values, nothing written), calls after close, idle CPU.
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
 #include <sys/resource.h>
+
+#include <atomic>
+#include <memory>
 #include <thread>
 
 #include "peerlink/peerlink.h"
@@ -195,26 +199,44 @@ TEST(BadInput, ConstructorArguments) {
   }
 }
 
-// Pending sends time out (bounded) when the receiver never posts irecvs in ring mode.
+// Pending sends time out (bounded) when the receiver never posts irecvs in ring mode. The bound
+// under test is the communicator's (500 ms), which also bounds its setup and barriers: so that a
+// loaded machine cannot fail the test outside the scenario, rank 1 waits for rank 0's checks on a
+// shared flag (no guessed sleep) and a setup that ran out of time is retried with a fresh id
+// (setup's own timeouts are tested in MpBootstrap / MpInterrupt). The checks are unchanged.
 TEST(MpTimeout, RingSendWithoutIrecvTimesOut) {
   const std::string uid = pltest::unique_test_id("tmo");
+  auto* done = static_cast<std::atomic<int>*>(
+      mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(static_cast<void*>(done), MAP_FAILED);
+  new (done) std::atomic<int>(0);
   std::string fails = run_ranks(2, [&](int rank) {
     Options o = quick(500);
     o.completion = Completion::Ring;
-    Communicator comm(uid, rank, 2, kHostDevice, o);
-    char* buf = static_cast<char*>(comm.alloc(64));
-    comm.notify_ipc_buffer(1 - rank, 1, buf, 64, 1);
-    comm.wait_ipc_buffer(1 - rank, 1, 1);
-    if (rank == 0) {
-      char src[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-      Request r = comm.isend(1, src, 8, 1, 0, 1);
-      MP_CHECK_THROWS(r.wait(), TimeoutError, "isend to rank 1", "not complete after 500 ms");
-      MP_CHECK_THROWS(comm.wait_ipc_buffer(1, 1, 5), TimeoutError, "version >= 5", "published: version 1");
-    } else {
-      std::this_thread::sleep_for(milliseconds(1200));  // rank 0's two timeouts take ~1 s
+    std::unique_ptr<Communicator> comm;
+    for (int attempt = 0; !comm; ++attempt) {
+      try {
+        comm = std::make_unique<Communicator>(uid + "-" + std::to_string(attempt), rank, 2, kHostDevice, o);
+      } catch (const Error&) {  // TimeoutError, or PeerLostError when the other rank gave up first
+        if (attempt == 5) throw;
+      }
     }
-    comm.barrier();
+    char* buf = static_cast<char*>(comm->alloc(64));
+    comm->notify_ipc_buffer(1 - rank, 1, buf, 64, 1);
+    if (rank == 0) {
+      comm->wait_ipc_buffer(1, 1, 1);
+      char src[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+      Request r = comm->isend(1, src, 8, 1, 0, 1);
+      MP_CHECK_THROWS(r.wait(), TimeoutError, "isend to rank 1", "not complete after 500 ms");
+      MP_CHECK_THROWS(comm->wait_ipc_buffer(1, 1, 5), TimeoutError, "version >= 5", "published: version 1");
+      done->store(1);
+    } else {
+      // No irecv: rank 0's send must time out. Bounded by the run_ranks limit, not by a guess.
+      while (done->load() == 0) std::this_thread::sleep_for(milliseconds(1));
+    }
+    comm.reset();  // a clean close on both sides (no barrier: its 500 ms bound is not under test)
   });
+  munmap(done, 4096);
   EXPECT_EQ(fails, "");
 }
 
