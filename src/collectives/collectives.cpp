@@ -137,7 +137,10 @@ void device_run(coll::CollState& st, const Call& c, CollAlgo algo, void* stream)
       a.blocks = clamp_int((used + size_t(a.threads) * 64 - 1) / (size_t(a.threads) * 64), 1, all);
     }
     if (st.blocks_override > 0) a.blocks = st.blocks_override;
-    L.per_block = coll::round_up((L.chunk + a.blocks - 1) / a.blocks, vec);
+    // Blocks split the part of a chunk that pieces of this call can fill (every rank computes the
+    // same value: maxp is agreed except for all_to_all_v, which splits the whole chunk).
+    const size_t span = c.d.kind == coll::kAllToAllV ? L.chunk : std::min(maxp, L.chunk);
+    L.per_block = coll::round_up((span + a.blocks - 1) / a.blocks, vec);
   }
   // Stream ordering across calls on different streams: as allreduce (allreduce.cpp).
   const bool capturing = gpu::stream_is_capturing(stream);
