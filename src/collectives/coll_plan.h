@@ -116,4 +116,36 @@ PL_HD size_t sub_range(size_t count, size_t step, size_t chunk, size_t rel, size
   return clen - rel < per_block ? clen - rel : per_block;
 }
 
+// Grid of the push path: block b moves [b*per_block, +per_block) of every chunk and exchanges flags
+// with block b of the peers, so every rank must compute the same grid: from the chunk (same scratch,
+// same dtype) and, except for all_to_all_v, from the piece size every rank shares. all_to_all_v
+// (sizes differ per rank) uses a fixed grid over the whole chunk and agrees on `steps` in a header
+// step (8 bytes of scratch per block). The host backend runs the same split with up to 4 "blocks"
+// in one thread, so CI covers the sub-range arithmetic.
+struct PushGrid {
+  size_t chunk = 0, steps = 0, per_block = 0;  // steps 0 for all_to_all_v (agreed at run time)
+  int blocks = 1;
+};
+inline PushGrid push_grid(const CollDesc& d, size_t cap, int threads, int max_blocks, int blocks_override) {
+  PushGrid g;
+  const size_t vec = 16 / d.elem, maxp = local_max_piece(d);
+  g.chunk = chunk_elems(cap, d.elem);
+  auto clamp = [&](size_t want) { return int(want < 1 ? 1 : want > size_t(max_blocks) ? size_t(max_blocks) : want); };
+  size_t span = g.chunk;
+  if (d.kind == kAllToAllV) {
+    g.blocks = clamp(cap / 8 < 32 ? cap / 8 : 32);
+  } else {
+    g.steps = (maxp + g.chunk - 1) / g.chunk;
+    span = maxp < g.chunk ? maxp : g.chunk;
+    // ~4 16-byte units per thread and peer per step: latency-sized grids for medium messages, the
+    // whole GPU from ~4 MB per piece (UNMEASURED).
+    g.blocks = clamp((span * d.elem + size_t(threads) * 64 - 1) / (size_t(threads) * 64));
+  }
+  if (blocks_override > 0) g.blocks = blocks_override;
+  g.per_block = (span + g.blocks - 1) / g.blocks;
+  g.per_block = (g.per_block + vec - 1) / vec * vec;
+  if (g.per_block == 0) g.per_block = vec;
+  return g;
+}
+
 }  // namespace peerlink::coll

@@ -112,35 +112,19 @@ void device_run(coll::CollState& st, const Call& c, CollAlgo algo, void* stream)
   a.threads = st.threads > 0 ? st.threads : 512;
   const int all = std::min(std::max(st.sm_count, 1), coll::kMaxBlocks);
   L.d = c.d;
-  const size_t elem = c.d.elem, maxp = coll::local_max_piece(c.d);
+  const size_t elem = c.d.elem;
   if (algo == CollAlgo::LL) {
     // The LL grid need not agree across ranks (every line carries its own flag; layout.h).
     L.ll = true;
-    size_t words = (maxp * elem + 7) / 8;
+    size_t words = (coll::local_max_piece(c.d) * elem + 7) / 8;
     a.blocks = st.blocks_override > 0 ? st.blocks_override : clamp_int((words + a.threads - 1) / a.threads, 1, all);
     L.ll_words_per_block = std::max<size_t>(1, (words + a.blocks - 1) / a.blocks);
   } else {
-    // Block b exchanges flags with block b of every peer, so the grid and the block sub-ranges must
-    // be the same on every rank: computed from the chunk (agreed: same scratch, same dtype) and,
-    // except for all_to_all_v, from the count every rank passes alike. all_to_all_v uses a fixed
-    // grid (its header step needs 8 bytes of scratch per block).
-    L.chunk = coll::chunk_elems(st.layout.cap, elem);
-    const size_t vec = 16 / elem;
-    if (c.d.kind == coll::kAllToAllV) {
-      L.steps = 0;
-      a.blocks = clamp_int(std::min<size_t>(32, st.layout.cap / 8), 1, all);
-    } else {
-      L.steps = (maxp + L.chunk - 1) / L.chunk;
-      size_t used = std::min(maxp, L.chunk) * elem;
-      // ~4 16-byte units per thread per peer and step: latency-sized grids for medium messages, the
-      // whole GPU from ~4 MB per piece (unmeasured).
-      a.blocks = clamp_int((used + size_t(a.threads) * 64 - 1) / (size_t(a.threads) * 64), 1, all);
-    }
-    if (st.blocks_override > 0) a.blocks = st.blocks_override;
-    // Blocks split the part of a chunk that pieces of this call can fill (every rank computes the
-    // same value: maxp is agreed except for all_to_all_v, which splits the whole chunk).
-    const size_t span = c.d.kind == coll::kAllToAllV ? L.chunk : std::min(maxp, L.chunk);
-    L.per_block = coll::round_up((span + a.blocks - 1) / a.blocks, vec);
+    coll::PushGrid g = coll::push_grid(c.d, st.layout.cap, a.threads, all, st.blocks_override);
+    L.chunk = g.chunk;
+    L.steps = g.steps;
+    L.per_block = g.per_block;
+    a.blocks = g.blocks;
   }
   // Stream ordering across calls on different streams: as allreduce (allreduce.cpp).
   const bool capturing = gpu::stream_is_capturing(stream);

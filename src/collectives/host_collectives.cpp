@@ -13,6 +13,11 @@ namespace {
 
 using common::cat;
 
+// The device split emulated on the host: the grid push_grid() would give a GPU with 4 SMs and
+// 32-thread blocks, so pieces from 2 KB up use several "blocks" in CI.
+constexpr int kHostBlocks = 4;
+constexpr int kHostThreads = 32;
+
 const char* kind_name(int kind) {
   switch (kind) {
     case kAllGather: return "all_gather";
@@ -49,39 +54,44 @@ void run_push(CollState& st, const CollDesc& d, const T* src, T* dst) {
   const DataLayout& L = st.layout;
   const int me = st.rank, n = st.world;
   const char* what = kind_name(d.kind);
-  const size_t C = chunk_elems(L.cap, sizeof(T));
-  size_t maxp = local_max_piece(d);
-  if (d.kind == kAllToAllV) maxp = agree_max(st, maxp, what);
-  const size_t steps = (maxp + C - 1) / C;
+  const PushGrid g = push_grid(d, L.cap, kHostThreads, kHostBlocks, 0);
+  const size_t C = g.chunk, pb = g.per_block;
+  const size_t steps = d.kind == kAllToAllV ? (agree_max(st, local_max_piece(d), what) + C - 1) / C : g.steps;
   const T* ins[kMaxRanks];
   for (size_t step = 0; step < steps; ++step) {
     const uint64_t seq = ++st.host_seq;
     const int slot = int(seq & 1);
-    auto scratch = [&](int from) { return reinterpret_cast<T*>(st.data[me] + L.input(slot, from)); };
+    auto scratch = [&](int from, size_t rel) { return reinterpret_cast<T*>(st.data[me] + L.input(slot, from)) + rel; };
     size_t lo = 0, m;
-    for (int p = 0; p < n; ++p) {  // push chunk `step` of every outgoing piece
-      if (p == me) continue;
-      Piece sp = send_piece(d, p);
-      if ((m = sub_range(sp.count, step, C, 0, C, &lo)))
-        std::memcpy(st.data[p] + L.input(slot, me), src + sp.src_off + lo, m * sizeof(T));
+    for (int b = 0; b < g.blocks; ++b) {  // the device's blocks, one after the other
+      const size_t rel = size_t(b) * pb;
+      for (int p = 0; p < n; ++p) {  // push chunk `step` of every outgoing piece
+        if (p == me) continue;
+        Piece sp = send_piece(d, p);
+        if ((m = sub_range(sp.count, step, C, rel, pb, &lo)))
+          std::memcpy(reinterpret_cast<T*>(st.data[p] + L.input(slot, me)) + rel, src + sp.src_off + lo, m * sizeof(T));
+      }
     }
     host_signal(st, 0, seq);
     host_wait_all(st, 0, seq, what);
-    if (reducing(d.kind)) {
-      Piece rp = recv_piece(d, me);
-      if ((m = sub_range(rp.count, step, C, 0, C, &lo))) {
-        for (int r = 0; r < n; ++r) ins[r] = r == me ? src + rp.src_off + lo : scratch(r);
-        T* out = dst + rp.dst_off + lo;
-        reduce_elems<T, Op>(ins, n, &out, 1, m);
+    for (int b = 0; b < g.blocks; ++b) {
+      const size_t rel = size_t(b) * pb;
+      if (reducing(d.kind)) {
+        Piece rp = recv_piece(d, me);
+        if ((m = sub_range(rp.count, step, C, rel, pb, &lo))) {
+          for (int r = 0; r < n; ++r) ins[r] = r == me ? src + rp.src_off + lo : scratch(r, rel);
+          T* out = dst + rp.dst_off + lo;
+          reduce_elems<T, Op>(ins, n, &out, 1, m);
+        }
+        continue;
       }
-      continue;
-    }
-    for (int r = 0; r < n; ++r) {
-      Piece rp = recv_piece(d, r);
-      if (!(m = sub_range(rp.count, step, C, 0, C, &lo))) continue;
-      const T* in = r == me ? src + send_piece(d, me).src_off + lo : scratch(r);
-      T* out = dst + rp.dst_off + lo;
-      reduce_elems<T, kOpSum>(&in, 1, &out, 1, m);  // a move
+      for (int r = 0; r < n; ++r) {
+        Piece rp = recv_piece(d, r);
+        if (!(m = sub_range(rp.count, step, C, rel, pb, &lo))) continue;
+        const T* in = r == me ? src + send_piece(d, me).src_off + lo : scratch(r, rel);
+        T* out = dst + rp.dst_off + lo;
+        reduce_elems<T, kOpSum>(&in, 1, &out, 1, m);  // a move
+      }
     }
   }
 }
