@@ -79,15 +79,16 @@ constexpr size_t kLlAuto = size_t(64) << 10;
 CollAlgo choose(const coll::CollState& st, const Call& c) {
   CollAlgo forced = parse_coll_algo(algo_field(st.svc->options(), c.d.kind));
   size_t piece_bytes = coll::local_max_piece(c.d) * c.d.elem;
+  // An empty piece still sends a token line: LL needs an LL area (allreduce_ll_max > 0).
   if (forced == CollAlgo::LL) {
-    if (piece_bytes > st.ll_max)
+    if (piece_bytes > st.ll_max || st.ll_max == 0)
       throw InvalidArgument(cat(c.name, ": LL forced (Options) but a piece of ", piece_bytes,
                                 " bytes exceeds the LL area's ", st.ll_max, " bytes (allreduce_ll_max)"));
     return CollAlgo::LL;
   }
   if (forced == CollAlgo::Push || c.d.kind == coll::kAllToAllV) return CollAlgo::Push;
   size_t ll_max = st.host ? st.ll_max : std::min(st.ll_max, kLlAuto);
-  return piece_bytes <= ll_max ? CollAlgo::LL : CollAlgo::Push;
+  return ll_max > 0 && piece_bytes <= ll_max ? CollAlgo::LL : CollAlgo::Push;
 }
 
 int clamp_int(size_t want, int lo, int hi) { return static_cast<int>(std::max<size_t>(lo, std::min<size_t>(want, hi))); }

@@ -164,6 +164,24 @@ TEST(CollectivesHost, BadAlgoOptionIsInvalidArgument) {
   EXPECT_STREQ(peerlink::to_string(peerlink::CollAlgo::Push), "push");
 }
 
+// Without an LL area (allreduce_ll_max 0) a forced LL is refused on every rank before anything
+// moves, and the automatic choice pushes instead.
+TEST(CollectivesHost, NoLLAreaFallsBackToPush) {
+  std::string uid = unique_test_id("co-noll");
+  std::string fail = run_ranks(2, [&](int rank) {
+    Options o = Options::from_env();
+    o.allreduce_ll_max = 0;
+    o.broadcast_algo = "ll";
+    Communicator comm(uid, rank, 2, peerlink::kHostDevice, o);
+    std::vector<int64_t> a(10, rank + 1), b(20, 0);
+    MP_CHECK_THROWS(peerlink::broadcast(comm, a.data(), a.data(), a.size(), DataType::I64, 0),
+                    peerlink::InvalidArgument, "LL");
+    peerlink::all_gather(comm, a.data(), b.data(), a.size(), DataType::I64);
+    for (int i = 0; i < 20; ++i) MP_CHECK(b[i] == (i < 10 ? 1 : 2));
+  });
+  EXPECT_EQ(fail, "");
+}
+
 // A peer that died is PeerLostError within about a second on both paths, and stays so.
 TEST(CollectivesHost, PeerDeathIsPeerLost) {
   for (const char* algo : {"ll", "push"}) {
