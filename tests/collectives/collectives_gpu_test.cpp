@@ -36,8 +36,9 @@ std::vector<int> devices() {
   return d;
 }
 
-Options opts(const char* algo) {
+Options opts(const char* algo, size_t scratch = 0) {
   Options o = Options::from_env();
+  o.allreduce_scratch_bytes = scratch;
   o.all_gather_algo = o.reduce_scatter_algo = o.broadcast_algo = o.reduce_algo = o.all_to_all_algo = algo;
   o.timeout = std::chrono::milliseconds(60000);
   return o;
@@ -67,11 +68,12 @@ TEST(CollectivesGpu, Correctness) {
   const std::vector<int> devs = devices();
   const int world = int(devs.size());
   const DataType types[] = {DataType::BF16, DataType::F32, DataType::F16, DataType::F64, DataType::I32, DataType::I64};
-  // ll: pieces within the LL area (512 KB); push and auto up to several 16 MB chunks per piece.
-  struct Algo { const char* name; std::vector<size_t> sizes; };
-  const Algo algos[] = {{"ll", {1, 3, 1001, 4099, 65537}},
-                        {"push", {1, 3, 1001, 65537, 300001}},
-                        {"", {1, 7, 4099, 300001, 5000001}}};
+  // ll: pieces within the LL area (512 KB); push with 64 KB scratch positions (many steps per
+  // call, several blocks per step); auto with the default scratch (2 ranks: 16 MB chunks).
+  struct Algo { const char* name; size_t scratch; std::vector<size_t> sizes; };
+  const Algo algos[] = {{"ll", 0, {1, 3, 1001, 4099, 65537}},
+                        {"push", 65536, {1, 3, 1001, 65537, 300001}},
+                        {"", 0, {1, 7, 4099, 300001, 2000001}}};
   const int kMaxCases = 3 * 6 * 6 * 4 * 5;
   HashTable hashes(world, kMaxCases);
   int cases = 0;
@@ -89,7 +91,7 @@ TEST(CollectivesGpu, Correctness) {
     gpu::set_device(devs[rank]);
     int c = 0, ai = 0;
     for (const Algo& a : algos) {
-      Communicator comm(uid + std::to_string(ai++), rank, world, devs[rank], opts(a.name));
+      Communicator comm(uid + std::to_string(ai++), rank, world, devs[rank], opts(a.name, a.scratch));
       gpu::Stream s = gpu::stream_create();
       Mem mem = device_mem(comm, s);
       for (Kind k : kAll)
