@@ -36,6 +36,20 @@ class Library {
         !sym(error_string, "ncclGetErrorString"))
       return;
     sym(get_version, "ncclGetVersion");
+    // The other collectives (bench_collectives) and symmetric registration (NCCL >= 2.27): optional,
+    // a missing one only makes that benchmark column unavailable.
+    opt(all_gather, "ncclAllGather");
+    opt(reduce_scatter, "ncclReduceScatter");
+    opt(broadcast, "ncclBroadcast");
+    opt(reduce, "ncclReduce");
+    opt(send, "ncclSend");
+    opt(recv, "ncclRecv");
+    opt(group_start, "ncclGroupStart");
+    opt(group_end, "ncclGroupEnd");
+    opt(mem_alloc, "ncclMemAlloc");
+    opt(mem_free, "ncclMemFree");
+    opt(window_register, "ncclCommWindowRegister");
+    opt(window_deregister, "ncclCommWindowDeregister");
     ok_ = true;
   }
   ~Library() {
@@ -61,6 +75,21 @@ class Library {
   Result (*comm_destroy)(Comm) = nullptr;
   const char* (*error_string)(Result) = nullptr;
   Result (*get_version)(int*) = nullptr;
+  // Optional entry points (nullptr when this NCCL lacks them).
+  Result (*all_gather)(const void*, void*, size_t, int, Comm, void*) = nullptr;
+  Result (*reduce_scatter)(const void*, void*, size_t, int, int, Comm, void*) = nullptr;
+  Result (*broadcast)(const void*, void*, size_t, int, int, Comm, void*) = nullptr;
+  Result (*reduce)(const void*, void*, size_t, int, int, int, Comm, void*) = nullptr;
+  Result (*send)(const void*, size_t, int, int, Comm, void*) = nullptr;
+  Result (*recv)(void*, size_t, int, int, Comm, void*) = nullptr;
+  Result (*group_start)() = nullptr;
+  Result (*group_end)() = nullptr;
+  Result (*mem_alloc)(void**, size_t) = nullptr;
+  Result (*mem_free)(void*) = nullptr;
+  // ncclCommWindowRegister(comm, buff, size, ncclWindow_t* win, int winFlags); ncclWindow_t is a pointer.
+  Result (*window_register)(Comm, void*, size_t, void**, int) = nullptr;
+  Result (*window_deregister)(Comm, void*) = nullptr;
+  static constexpr int kWinCollSymmetric = 0x01;  // NCCL_WIN_COLL_SYMMETRIC
 
  private:
   template <typename Fn>
@@ -68,6 +97,10 @@ class Library {
     fn = reinterpret_cast<Fn>(dlsym(handle_, name));
     if (!fn && why_.empty()) why_ = std::string("libnccl.so.2 lacks ") + name;
     return fn != nullptr;
+  }
+  template <typename Fn>
+  void opt(Fn& fn, const char* name) {
+    fn = reinterpret_cast<Fn>(dlsym(handle_, name));
   }
   void* handle_ = nullptr;
   bool ok_ = false;

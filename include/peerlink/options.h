@@ -36,6 +36,14 @@ enum class AllreduceAlgo {
   Bandwidth,  // the two-shot data flow on the whole GPU, pipelined over scratch chunks
 };
 
+// Which algorithm carries all_gather, reduce_scatter, broadcast, reduce, all_to_all(_v)
+// (Options::<collective>_algo / PEERLINK_<COLLECTIVE>_ALGO).
+enum class CollAlgo {
+  Auto,  // by message size (all_to_all_v: always Push, its sizes differ per rank)
+  LL,    // one step of flag-in-data lines; pieces up to allreduce_ll_max bytes (host backend: 16 KB)
+  Push,  // chunks pushed into the receivers' mapped scratch, per-block flags
+};
+
 // Upper bound of Options::allreduce_blocks: the flag area holds this many blocks per rank
 // (collectives/layout.h kMaxBlocks, checked there with a static_assert).
 constexpr int kMaxAllreduceBlocks = 160;
@@ -85,6 +93,14 @@ struct Options {
   // exists (tests keep the generic loop covered).
   bool allreduce_oneshot_generic = false;
 
+  // ---- algorithm overrides of the other collectives (parse_coll_algo: "", auto, ll, push); every
+  // rank must agree. all_to_all_algo also covers all_to_all_v.
+  std::string all_gather_algo;      // PEERLINK_ALL_GATHER_ALGO
+  std::string reduce_scatter_algo;  // PEERLINK_REDUCE_SCATTER_ALGO
+  std::string broadcast_algo;       // PEERLINK_BROADCAST_ALGO
+  std::string reduce_algo;          // PEERLINK_REDUCE_ALGO
+  std::string all_to_all_algo;      // PEERLINK_ALL_TO_ALL_ALGO
+
   // Interruption hook (not from the environment; empty = never called, the waits run as before).
   // Called from the calling thread at least every ~50 ms while one of these blocks: the
   // constructor (rendezvous and setup), barrier(), wait_ipc_buffer(), isend()/send_direct()
@@ -115,5 +131,8 @@ const char* to_string(AllreduceAlgo a);
 // "", "auto", "oneshot", "twoshot", "bandwidth" (and the usual spellings), case-insensitive;
 // InvalidArgument naming the string otherwise.
 AllreduceAlgo parse_allreduce_algo(const std::string& s);
+const char* to_string(CollAlgo a);
+// "", "auto", "ll", "push" (case-insensitive); InvalidArgument naming the string otherwise.
+CollAlgo parse_coll_algo(const std::string& s);
 
 }  // namespace peerlink

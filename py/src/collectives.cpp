@@ -5,6 +5,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include <pybind11/stl.h>
 
 #include "bindings.h"
 #include "peerlink/peerlink.h"
@@ -16,6 +19,13 @@ namespace peerlink {
 void allreduce(Communicator& comm, const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
                ReduceOp op, void* stream) __attribute__((weak));
 void allreduce_check(Communicator& comm) __attribute__((weak));
+void all_gather(Communicator&, const void*, void*, size_t, DataType, void*) __attribute__((weak));
+void reduce_scatter(Communicator&, const void*, void*, size_t, DataType, ReduceOp, void*) __attribute__((weak));
+void broadcast(Communicator&, const void*, void*, size_t, DataType, int, void*) __attribute__((weak));
+void reduce(Communicator&, const void*, void*, size_t, DataType, ReduceOp, int, void*) __attribute__((weak));
+void all_to_all(Communicator&, const void*, void*, size_t, DataType, void*) __attribute__((weak));
+void all_to_all_v(Communicator&, const void*, const size_t*, const size_t*, void*, const size_t*, const size_t*,
+                  DataType, void*) __attribute__((weak));
 }  // namespace peerlink
 #define PEERLINK_PY_HAVE_COLLECTIVES_HEADER 1
 #else
@@ -71,8 +81,69 @@ void register_collectives(py::module_& m) {
     py::gil_scoped_release nogil;
     peerlink::allreduce_check(c);
   });
+  // The other collectives: kind names the function; counts in elements (collectives.h). On GPUs
+  // they are enqueued on `stream` and return at once; the host backend is synchronous.
+  m.def("has_collective", [](const std::string& kind) {
+    if (kind == "all_gather") return &peerlink::all_gather != nullptr;
+    if (kind == "reduce_scatter") return &peerlink::reduce_scatter != nullptr;
+    if (kind == "broadcast") return &peerlink::broadcast != nullptr;
+    if (kind == "reduce") return &peerlink::reduce != nullptr;
+    if (kind == "all_to_all") return &peerlink::all_to_all != nullptr;
+    if (kind == "all_to_all_v") return &peerlink::all_to_all_v != nullptr;
+    return false;
+  });
+  m.def("collective", [](Communicator& c, const std::string& kind, uintptr_t send, uintptr_t recv, size_t count,
+                         const std::string& dtype, const std::string& op, int root, uintptr_t stream) {
+    DataType t = dtype_of(dtype);
+    ReduceOp o = op_of(op);
+    auto s = reinterpret_cast<const void*>(send);
+    auto r = reinterpret_cast<void*>(recv);
+    auto st = reinterpret_cast<void*>(stream);
+    auto missing = [&] { return UnsupportedError(kind + ": the peerlink library has no such collective"); };
+    if (kind == "all_gather") {
+      if (!&peerlink::all_gather) throw missing();
+      py::gil_scoped_release nogil;
+      return peerlink::all_gather(c, s, r, count, t, st);
+    }
+    if (kind == "reduce_scatter") {
+      if (!&peerlink::reduce_scatter) throw missing();
+      py::gil_scoped_release nogil;
+      return peerlink::reduce_scatter(c, s, r, count, t, o, st);
+    }
+    if (kind == "broadcast") {
+      if (!&peerlink::broadcast) throw missing();
+      py::gil_scoped_release nogil;
+      return peerlink::broadcast(c, s, r, count, t, root, st);
+    }
+    if (kind == "reduce") {
+      if (!&peerlink::reduce) throw missing();
+      py::gil_scoped_release nogil;
+      return peerlink::reduce(c, s, r, count, t, o, root, st);
+    }
+    if (kind == "all_to_all") {
+      if (!&peerlink::all_to_all) throw missing();
+      py::gil_scoped_release nogil;
+      return peerlink::all_to_all(c, s, r, count, t, st);
+    }
+    throw InvalidArgument("collective: unknown kind '" + kind + "'");
+  });
+  m.def("all_to_all_v", [](Communicator& c, uintptr_t send, std::vector<size_t> sc, std::vector<size_t> sd,
+                           uintptr_t recv, std::vector<size_t> rc, std::vector<size_t> rd, const std::string& dtype,
+                           uintptr_t stream) {
+    if (!&peerlink::all_to_all_v) throw UnsupportedError("all_to_all_v: the peerlink library has no such collective");
+    const size_t n = static_cast<size_t>(c.world_size());
+    if (sc.size() != n || sd.size() != n || rc.size() != n || rd.size() != n)
+      throw InvalidArgument("all_to_all_v: split lists must have world_size (" + std::to_string(n) +
+                            ") entries; got " + std::to_string(sc.size()) + "/" + std::to_string(sd.size()) + "/" +
+                            std::to_string(rc.size()) + "/" + std::to_string(rd.size()));
+    DataType t = dtype_of(dtype);
+    py::gil_scoped_release nogil;
+    peerlink::all_to_all_v(c, reinterpret_cast<const void*>(send), sc.data(), sd.data(), reinterpret_cast<void*>(recv),
+                           rc.data(), rd.data(), t, reinterpret_cast<void*>(stream));
+  });
 #else
   m.attr("has_collectives") = false;
+  m.def("has_collective", [](const std::string&) { return false; });
   m.def("allreduce", [](py::args, py::kwargs) -> void {
     throw UnsupportedError("allreduce: peerlink was built without include/peerlink/collectives.h");
   });

@@ -139,6 +139,9 @@ void device_allreduce(coll::CollState& st, const void* src, void* dst, size_t co
 
 }  // namespace
 
+// The other collectives (collectives.cpp) share the error word and the broken state.
+void coll::check_collective_error(coll::CollState& st) { check_device_error(st); }
+
 AllreduceAlgo allreduce_algo_for(Communicator& comm, size_t bytes) {
   return resolve(comm.options(), comm.world_size(), bytes, comm.device() == kHostDevice);
 }

@@ -5,6 +5,7 @@
 // inbox); every spin reads local memory and is bounded by a device clock.
 #include "collectives/device_compat.h"
 #include "collectives/device_launch.h"
+#include "collectives/device_reduce.h"
 #include "collectives/device_sync.h"
 #include "collectives/reduce_ops.h"
 #include "common/log.h"
@@ -12,54 +13,6 @@
 
 namespace peerlink::coll {
 namespace {
-
-template <typename T>
-struct Elems {
-  static constexpr int kVec = 16 / sizeof(T);
-};
-
-// outs[o][i] = reduce(ins[0][i], ..., ins[nin-1][i]) for i < n, by the threads of one block.
-// ins[0] may be the caller's buffer; the others are scratch rewritten by peers (fresh loads).
-// With nin == 1 the bytes move unchanged (no conversion, NaN payloads kept).
-template <typename T, int Op>
-__device__ void reduce_block(const T* const* ins, int nin, T* const* outs, int nout, size_t n) {
-  using A = Acc<T>;
-  using AccT = typename A::type;
-  constexpr int V = Elems<T>::kVec;
-  bool aligned = true;
-  for (int i = 0; i < nin; ++i) aligned &= (reinterpret_cast<uintptr_t>(ins[i]) & 15) == 0;
-  for (int o = 0; o < nout; ++o) aligned &= (reinterpret_cast<uintptr_t>(outs[o]) & 15) == 0;
-  size_t nvec = aligned ? n / V : 0;
-  for (size_t u = threadIdx.x; u < nvec; u += blockDim.x) {
-    Pack16 p = load_fresh(reinterpret_cast<const Pack16*>(ins[0]) + u);
-    if (nin > 1) {
-      T v[V];
-      AccT acc[V];
-      memcpy(v, &p, 16);
-#pragma unroll
-      for (int j = 0; j < V; ++j) acc[j] = A::in(v[j]);
-      for (int r = 1; r < nin; ++r) {
-        Pack16 q = load_fresh(reinterpret_cast<const Pack16*>(ins[r]) + u);
-        memcpy(v, &q, 16);
-#pragma unroll
-        for (int j = 0; j < V; ++j) acc[j] = Apply<Op>::run(acc[j], A::in(v[j]));
-      }
-#pragma unroll
-      for (int j = 0; j < V; ++j) v[j] = A::out(acc[j]);
-      memcpy(&p, v, 16);
-    }
-    for (int o = 0; o < nout; ++o) reinterpret_cast<Pack16*>(outs[o])[u] = p;
-  }
-  for (size_t e = nvec * V + threadIdx.x; e < n; e += blockDim.x) {
-    T x = load_fresh_scalar(ins[0] + e);
-    if (nin > 1) {
-      AccT acc = A::in(x);
-      for (int r = 1; r < nin; ++r) acc = Apply<Op>::run(acc, A::in(load_fresh_scalar(ins[r] + e)));
-      x = A::out(acc);
-    }
-    for (int o = 0; o < nout; ++o) outs[o][e] = x;
-  }
-}
 
 // Bounded to 1024 threads so every instantiation fits the register file at the bandwidth grid
 // (without it some types need 72 registers and a 1024-thread launch fails).
@@ -147,23 +100,6 @@ __global__ void __launch_bounds__(1024) allreduce_kernel(LaunchArgs a) {
 // Each thread owns 8-byte words of the message: it pushes its words (with the step's flag) into
 // every peer's LL area, then polls its own LL area for the same words of every rank and reduces
 // them in rank order. No barrier, no fence, no separate flag: latency is one NVLink write.
-
-// 8 data bytes of word w (zero-padded past the end; byte loads when misaligned).
-__device__ __forceinline__ uint64_t load_word(const char* p, size_t w, size_t bytes, bool aligned) {
-  size_t off = w * 8;
-  if (aligned && off + 8 <= bytes) return *reinterpret_cast<const uint64_t*>(p + off);
-  uint64_t v = 0;
-  for (size_t i = 0; off + i < bytes && i < 8; ++i) v |= uint64_t(static_cast<unsigned char>(p[off + i])) << (8 * i);
-  return v;
-}
-__device__ __forceinline__ void store_word(char* p, size_t w, size_t bytes, bool aligned, uint64_t v) {
-  size_t off = w * 8;
-  if (aligned && off + 8 <= bytes) {
-    *reinterpret_cast<uint64_t*>(p + off) = v;
-    return;
-  }
-  for (size_t i = 0; off + i < bytes && i < 8; ++i) p[off + i] = static_cast<char>(v >> (8 * i));
-}
 
 template <typename T, int Op>
 __global__ void __launch_bounds__(1024) oneshot_ll_kernel(LaunchArgs a) {

@@ -121,6 +121,11 @@ CollState& coll_state(Communicator& comm) {
     int cc = gpu::compute_capability(svc.device());
     st->pdl = (opts.allreduce_pdl < 0 ? cc >= 90 : opts.allreduce_pdl != 0) && cc >= 90;
     st->generic_oneshot = opts.allreduce_oneshot_generic;
+  } else {
+    // Host: a small LL area (SHM is zero-filled) so that CI runs the LL protocol of the other
+    // collectives (host_collectives.cpp); host allreduce does not use it.
+    st->ll_max = std::min(round_up(opts.allreduce_ll_max, 16), kHostLlMax);
+    st->layout.ll_cap = 2 * st->ll_max;
   }
 
   // The device is current for the setup only; the user's thread gets its own back (no-op on host).

@@ -60,6 +60,10 @@ struct CollState {
 // The communicator's state, set up on first use (collective).
 CollState& coll_state(Communicator& comm);
 
+// Throws the error recorded by an earlier call (broken) or by a kernel (error word): caller holds
+// st.mu. Shared by every collective (allreduce.cpp).
+void check_collective_error(CollState& st);
+
 // Host backend: runs the allreduce synchronously with CPU copies and SHM flags.
 void host_allreduce(CollState& st, const void* src, void* dst, size_t count, int dtype, int op,
                     bool one_shot);

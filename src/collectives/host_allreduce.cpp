@@ -1,72 +1,17 @@
 // Host backend allreduce: the device algorithms (one-shot, two-shot, multi-step chunks, flag
 // protocol of layout.h) run by one CPU thread per rank over POSIX SHM, so CI exercises the same
 // sequence numbers, slot reuse and chunking across real processes. One "block" (index 0).
-#include <sched.h>
+#include <algorithm>
 
-#include <chrono>
-#include <cstring>
-#include <thread>
-
-#include "collectives/coll_state.h"
-#include "collectives/reduce_ops.h"
-#include "common/log.h"
-#include "peerlink/errors.h"
-#include "transport/services.h"
+#include "collectives/host_sync.h"
 
 namespace peerlink::coll {
 namespace {
 
 using common::cat;
-using Clock = std::chrono::steady_clock;
 
-template <typename T, int Op>
-void reduce_elems(const T* const* ins, int nin, T* const* outs, int nout, size_t n) {
-  if (nin == 1) {  // a move: bytes unchanged
-    for (int o = 0; o < nout; ++o)
-      if (outs[o] != ins[0]) std::memmove(outs[o], ins[0], n * sizeof(T));
-    return;
-  }
-  using A = Acc<T>;
-  for (size_t i = 0; i < n; ++i) {
-    typename A::type acc = A::in(ins[0][i]);
-    for (int r = 1; r < nin; ++r) acc = Apply<Op>::run(acc, A::in(ins[r][i]));
-    T v = A::out(acc);
-    for (int o = 0; o < nout; ++o) outs[o][i] = v;
-  }
-}
-
-void signal(CollState& st, int phase, uint64_t seq) {
-  for (int p = 0; p < st.world; ++p)
-    if (p != st.rank) __atomic_store_n(&st.flags[p]->inbox[phase][0][st.rank], seq, __ATOMIC_RELEASE);
-}
-
-// Bounded wait for every peer's flag; yields the CPU (CI runs 4 ranks on 2 cores) and checks that
-// the peer lives so a dead peer is reported as PeerLostError, not a timeout.
-void wait_all(CollState& st, int phase, uint64_t seq) {
-  const auto& opts = st.svc->options();
-  for (int p = 0; p < st.world; ++p) {
-    if (p == st.rank) continue;
-    const uint64_t* f = &st.flags[st.rank]->inbox[phase][0][p];
-    if (__atomic_load_n(f, __ATOMIC_ACQUIRE) >= seq) continue;
-    auto start = Clock::now();
-    auto next_alive = start + std::chrono::milliseconds(20);
-    for (uint32_t spins = 0; __atomic_load_n(f, __ATOMIC_ACQUIRE) < seq; ++spins) {
-      if (spins < 64) continue;
-      auto now = Clock::now();
-      if (now - start > std::chrono::milliseconds(10)) std::this_thread::sleep_for(std::chrono::microseconds(100));
-      else sched_yield();
-      if (now >= next_alive) {
-        st.svc->check_peer_alive(p);  // throws PeerLostError
-        st.svc->check_interrupt();    // Options::interrupt_check (Ctrl-C from Python)
-        next_alive = now + std::chrono::milliseconds(20);
-      }
-      if (now - start > opts.timeout)
-        throw TimeoutError(cat("allreduce: rank ", st.rank, " waited ", opts.timeout.count(), " ms for rank ", p,
-                               " (phase ", phase, ", step seq ", seq, ", peer at ", __atomic_load_n(f, __ATOMIC_ACQUIRE),
-                               ")"));
-    }
-  }
-}
+void signal(CollState& st, int phase, uint64_t seq) { host_signal(st, phase, seq); }
+void wait_all(CollState& st, int phase, uint64_t seq) { host_wait_all(st, phase, seq, "allreduce"); }
 
 template <typename T, int Op>
 void run(CollState& st, const T* src_all, T* dst_all, size_t count, bool one_shot) {

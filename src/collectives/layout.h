@@ -26,6 +26,7 @@ namespace peerlink::coll {
 constexpr int kMaxRanks = 8;     // one node
 constexpr int kMaxBlocks = 160;  // >= SM count of the GPUs we launch one block per SM on
 constexpr int kPhases = 2;       // 0: input pushed, 1: reduced shard pushed (two-shot)
+constexpr size_t kHostLlMax = size_t(16) << 10;  // host backend: LL messages up to 16 KB (CI)
 
 struct FlagArea {
   uint64_t inbox[kPhases][kMaxBlocks][kMaxRanks];  // [phase][block][source rank], written by peers

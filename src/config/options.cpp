@@ -126,6 +126,38 @@ AllreduceAlgo parse_allreduce_algo(const std::string& s) {
   throw InvalidArgument(cat("PEERLINK_ALLREDUCE_ALGO='", s, "' is not one of oneshot, twoshot, bandwidth, auto"));
 }
 
+const char* to_string(CollAlgo a) {
+  switch (a) {
+    case CollAlgo::Auto: return "auto";
+    case CollAlgo::LL: return "ll";
+    case CollAlgo::Push: return "push";
+  }
+  return "?";
+}
+
+CollAlgo parse_coll_algo(const std::string& s) {
+  std::string v = lower(s);
+  if (v.empty() || v == "auto") return CollAlgo::Auto;
+  if (v == "ll") return CollAlgo::LL;
+  if (v == "push" || v == "direct") return CollAlgo::Push;
+  throw InvalidArgument(cat("collective algorithm '", s, "' is not one of ll, push, auto"));
+}
+
+namespace {
+// The per-collective algorithm overrides: field, variable.
+struct CollAlgoKnob {
+  std::string Options::*field;
+  const char* var;
+};
+const CollAlgoKnob kCollAlgoKnobs[] = {
+    {&Options::all_gather_algo, "PEERLINK_ALL_GATHER_ALGO"},
+    {&Options::reduce_scatter_algo, "PEERLINK_REDUCE_SCATTER_ALGO"},
+    {&Options::broadcast_algo, "PEERLINK_BROADCAST_ALGO"},
+    {&Options::reduce_algo, "PEERLINK_REDUCE_ALGO"},
+    {&Options::all_to_all_algo, "PEERLINK_ALL_TO_ALL_ALGO"},
+};
+}  // namespace
+
 Options Options::from_env() {
   Options o;
   if (const char* v = env(kTimeout.var)) o.timeout = std::chrono::milliseconds(parse_int(kTimeout, v));
@@ -177,6 +209,8 @@ Options Options::from_env() {
   if (const char* v = env(kPdl.var)) o.allreduce_pdl = parse_bool(kPdl.var, v) ? 1 : 0;
   if (const char* v = env("PEERLINK_ALLREDUCE_ONESHOT_GENERIC"))
     o.allreduce_oneshot_generic = parse_bool("PEERLINK_ALLREDUCE_ONESHOT_GENERIC", v);
+  for (const auto& k : kCollAlgoKnobs)
+    if (const char* v = env(k.var)) o.*k.field = lower(v);
   o.validate();
   return o;
 }
@@ -203,6 +237,13 @@ void Options::validate() const {
   check(kBlocks, allreduce_blocks);
   check_size(kLlMax, allreduce_ll_max);
   check(kPdl, allreduce_pdl);
+  for (const auto& k : kCollAlgoKnobs) {
+    try {
+      parse_coll_algo(this->*k.field);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(cat(k.var, ": ", e.what()));
+    }
+  }
 }
 
 }  // namespace peerlink

@@ -111,6 +111,21 @@ if run "bench_allreduce --inject-error is detected" 2 "$BIN/bench_allreduce" --g
   if has 'Out of bounds values : [1-9].* ERROR'; then ok "bench_allreduce --inject-error is detected"; else bad "injected allreduce error not counted"; fi
 fi
 
+# bench_collectives: every op on 3 host ranks, results verified (#wrong 0 on every row).
+for op in all_gather reduce_scatter broadcast reduce alltoall; do
+  name="bench_collectives --op $op"
+  if run "$name" 0 "$BIN/bench_collectives" --op $op --gpus -1,-1,-1 -b 8 -e 256K -f 32 -n 3 -w 1 -d bfloat16 -r 1; then
+    if has 'size +count +type +redop +root +time +algbw +busbw +#wrong' && has 'Out of bounds values : 0 OK' &&
+       has '^# peerlink : available' && has "op=$op" &&
+       [ "$(grep -cE '^ +[0-9]+ +[0-9]+ +bfloat16 +[a-z]+ +-?[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +0 ' "$TMP/out")" = 4 ]; then
+      ok "$name"
+    else
+      bad "$name output"
+    fi
+  fi
+done
+run "bench_collectives --op bad is refused" 1 "$BIN/bench_collectives" --op allreduce && ok "bench_collectives --op bad is refused"
+
 if run "p2p_matrix host 2x2" 0 "$BIN/p2p_matrix" --gpus -1,-1 -s 256K -n 3 --lat-iters 10 --json "$TMP/pm.json"; then
   if has '^#wrong 0, failed cells 0' && has 'Unidirectional bandwidth' && has 'Bidirectional bandwidth' &&
      has 'One-way latency p50' &&

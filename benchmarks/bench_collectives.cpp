@@ -1,0 +1,289 @@
+// bench_collectives: nccl-tests style benchmark of all_gather, reduce_scatter, broadcast, reduce and
+// all-to-all, peerlink and NCCL side by side in the same forked ranks: plain NCCL (same buffers as
+// peerlink) and NCCL on ncclMemAlloc buffers registered with ncclCommWindowRegister
+// (NCCL_WIN_COLL_SYMMETRIC, NCCL >= 2.27: its symmetric kernels, nccl-tests -R 2). NCCL is loaded
+// with dlopen when present (GPU machines); on the host backend only peerlink runs.
+//   bench_collectives --op all_gather -b 8 -e 128M -f 2 -n 20 -w 5 -d bfloat16 [-G 1] [-r ROOT]
+// Columns as nccl-tests: size (B) is the total per rank (all_gather: the output, reduce_scatter: the
+// input, alltoall: either buffer), time (us per op, max over ranks), algbw = size / time, busbw =
+// algbw x (n-1)/n (all_gather, reduce_scatter, alltoall) or x 1 (broadcast, reduce), #wrong
+// (elements that differ from the exact result, summed over ranks, checked before and after the
+// timed loop; inputs are small integers, exact in every type).
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/allreduce_data.h"
+#include "common/cli.h"
+#include "common/coll_bench.h"
+#include "common/launch.h"
+#include "common/nccl_dl.h"
+#include "peerlink/collectives.h"
+#include "peerlink/device.h"
+#include "peerlink/peerlink.h"
+
+namespace {
+
+using namespace bench::coll;
+using Clock = std::chrono::steady_clock;
+const char* kUsage =
+    "usage: bench_collectives --op all_gather|reduce_scatter|broadcast|reduce|alltoall [-b MIN] [-e MAX]\n"
+    "  [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-G 0|1] [-d float|half|bfloat16|double|int32|int64]\n"
+    "  [-o sum|prod|max|min] [-r ROOT] [-g NRANKS] [--gpus D0,D1,..] [--time-limit S]\n";
+
+Config parse(int argc, char** argv) {
+  Config c;
+  bench::Args a(argc, argv);
+  while (a.next()) {
+    if (a.flag("--op")) {
+      std::string v = a.value();
+      int k = -1;
+      for (int i = 0; i < 5; ++i)
+        if (v == kCollNames[i]) k = i;
+      if (v == "all_to_all") k = 4;
+      if (k < 0) throw bench::UsageError("--op '" + v + "' is not all_gather, reduce_scatter, broadcast, reduce, alltoall");
+      c.op = static_cast<Coll>(k);
+    } else if (a.flag("-b", "--minbytes")) c.min_bytes = bench::parse_size(a.value());
+    else if (a.flag("-e", "--maxbytes")) c.max_bytes = bench::parse_size(a.value());
+    else if (a.flag("-f", "--stepfactor")) c.factor = static_cast<size_t>(bench::parse_int("-f", a.value(), 2, 1 << 20));
+    else if (a.flag("-n", "--iters")) c.iters = static_cast<int>(bench::parse_int("-n", a.value(), 1, 1 << 24));
+    else if (a.flag("-w", "--warmup_iters")) c.warmup = static_cast<int>(bench::parse_int("-w", a.value(), 0, 1 << 24));
+    else if (a.flag("-c", "--check")) c.check = static_cast<int>(bench::parse_int("-c", a.value(), 0, 1));
+    else if (a.flag("-G", "--cudagraph")) c.graph = bench::parse_int("-G", a.value(), 0, 1 << 20) > 0;
+    else if (a.flag("-g", "--nranks")) c.nranks = static_cast<int>(bench::parse_int("-g", a.value(), 1, 8));
+    else if (a.flag("-r", "--root")) c.root = static_cast<int>(bench::parse_int("-r", a.value(), 0, 7));
+    else if (a.flag("-d", "--datatype")) {
+      try { c.dt = bench::parse_dt(a.value()); } catch (const std::invalid_argument& e) { throw bench::UsageError(e.what()); }
+    } else if (a.flag("-o", "--redop")) {
+      try { c.redop = bench::parse_op(a.value()); } catch (const std::invalid_argument& e) { throw bench::UsageError(e.what()); }
+    } else if (a.flag("--gpus")) c.gpus = bench::parse_int_list("--gpus", a.value());
+    else if (a.flag("--time-limit")) c.time_limit_s = static_cast<int>(bench::parse_int("--time-limit", a.value(), 1, 86400));
+    else if (a.flag("-h", "--help")) {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else throw bench::UsageError("unknown flag '" + a.current() + "'");
+  }
+  return c;
+}
+
+peerlink::DataType to_pl(bench::Dt t) {
+  using D = peerlink::DataType;
+  static const D m[] = {D::F32, D::F16, D::BF16, D::F64, D::I32, D::I64};
+  return m[static_cast<int>(t)];
+}
+peerlink::ReduceOp to_pl(bench::Op o) {
+  using R = peerlink::ReduceOp;
+  static const R m[] = {R::Sum, R::Prod, R::Max, R::Min};
+  return m[static_cast<int>(o)];
+}
+// Elements per call for a size row: nccl-tests' size is the per-rank total, so the piece count
+// is size / n for all_gather, reduce_scatter and alltoall.
+struct Shape {
+  size_t piece = 0, send_elems = 0, recv_elems = 0;
+};
+Shape shape_of(Coll op, size_t elems, int n) {
+  Shape s;
+  switch (op) {
+    case Coll::AllGather: s.piece = elems / n, s.send_elems = s.piece, s.recv_elems = s.piece * n; break;
+    case Coll::ReduceScatter: s.piece = elems / n, s.send_elems = s.piece * n, s.recv_elems = s.piece; break;
+    case Coll::AllToAll: s.piece = elems / n, s.send_elems = s.recv_elems = s.piece * n; break;
+    default: s.piece = s.send_elems = s.recv_elems = elems; break;
+  }
+  return s;
+}
+
+// Inputs and expected outputs from AllreducePattern: piece q of rank r uses seed + q * 7919, so a
+// piece at the wrong place or from the wrong rank does not match.
+struct Data {
+  const Config& c;
+  int me, n;
+  bench::AllreducePattern pat;
+  Data(const Config& cfg, int rank, int world) : c(cfg), me(rank), n(world), pat(cfg.dt, cfg.redop, world) {}
+  size_t es() const { return bench::dt_size(c.dt); }
+  std::vector<unsigned char> input(const Shape& s, uint64_t seed) const {
+    std::vector<unsigned char> v(s.send_elems * es());
+    bool per_peer = c.op == Coll::ReduceScatter || c.op == Coll::AllToAll;
+    for (int q = 0; q < (per_peer ? n : 1); ++q)
+      pat.fill_input(me, seed + (per_peer ? q : 0) * 7919, s.piece, v.data() + q * s.piece * es());
+    return v;
+  }
+  uint64_t wrong(const Shape& s, uint64_t seed, const unsigned char* got) const {
+    std::vector<unsigned char> want(s.piece * es());
+    auto diff = [&](const unsigned char* g) {
+      uint64_t bad = 0;
+      for (size_t i = 0; i < s.piece; ++i) bad += std::memcmp(g + i * es(), want.data() + i * es(), es()) != 0;
+      return bad;
+    };
+    switch (c.op) {
+      case Coll::AllGather: {
+        uint64_t bad = 0;
+        for (int r = 0; r < n; ++r) {
+          pat.fill_input(r, seed, s.piece, want.data());
+          bad += diff(got + r * s.piece * es());
+        }
+        return bad;
+      }
+      case Coll::AllToAll: {
+        uint64_t bad = 0;
+        for (int r = 0; r < n; ++r) {
+          pat.fill_input(r, seed + me * 7919, s.piece, want.data());
+          bad += diff(got + r * s.piece * es());
+        }
+        return bad;
+      }
+      case Coll::Broadcast: pat.fill_input(c.root, seed, s.piece, want.data()); return diff(got);
+      case Coll::ReduceScatter: return pat.count_wrong(seed + me * 7919, s.piece, got);
+      case Coll::Reduce: return me == c.root ? pat.count_wrong(seed, s.piece, got) : 0;
+    }
+    return 0;
+  }
+};
+
+Row measure(const Config& c, Impl& impl, const Data& data, const Shape& s, uint64_t seed, void* stream,
+            peerlink::Communicator& comm) {
+  Row row;
+  const size_t es = data.es();
+  auto sync = [&] {
+    if (stream) peerlink::device::stream_sync(stream);
+    if (impl.after_sync) impl.after_sync();
+  };
+  auto check = [&] {
+    std::vector<unsigned char> got(s.recv_elems * es);
+    peerlink::device::copy_sync(got.data(), impl.recv, got.size());
+    return data.wrong(s, seed, got.data());
+  };
+  try {
+    auto in = data.input(s, seed);
+    peerlink::device::copy_sync(impl.send, in.data(), in.size());
+    std::vector<unsigned char> garbage(s.recv_elems * es, 0xA5);
+    peerlink::device::copy_sync(impl.recv, garbage.data(), garbage.size());
+    impl.run(s.piece, stream);
+    sync();
+    if (c.check) row.wrong += check();
+    for (int i = 0; i < c.warmup; ++i) impl.run(s.piece, stream);
+    sync();
+    peerlink::device::Graph graph = nullptr;
+    if (c.graph) {
+      peerlink::device::begin_capture(stream);
+      try {
+        for (int i = 0; i < c.iters; ++i) impl.run(s.piece, stream);
+      } catch (...) {
+        try { peerlink::device::end_capture(stream); } catch (...) {}
+        throw;
+      }
+      graph = peerlink::device::end_capture(stream);
+      peerlink::device::graph_launch(graph, stream);  // upload, untimed
+      sync();
+    }
+    peerlink::device::Event e0 = nullptr, e1 = nullptr;
+    if (stream) e0 = peerlink::device::timing_event_create(), e1 = peerlink::device::timing_event_create();
+    comm.barrier();
+    auto t0 = Clock::now();
+    if (e0) peerlink::device::event_record(e0, stream);
+    if (graph) peerlink::device::graph_launch(graph, stream);
+    else for (int i = 0; i < c.iters; ++i) impl.run(s.piece, stream);
+    if (e1) peerlink::device::event_record(e1, stream);
+    sync();
+    double us = e0 ? 1e3 * peerlink::device::elapsed_ms(e0, e1) : std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    if (e0) peerlink::device::event_destroy(e0), peerlink::device::event_destroy(e1);
+    if (graph) peerlink::device::graph_destroy(graph);
+    row.time_us = us / c.iters;
+    if (c.check) row.wrong += check();
+    row.ok = true;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s %s failed: %s\n", comm.rank(), impl.name, kCollNames[int(c.op)], e.what());
+  }
+  return row;
+}
+
+int run_rank(const Config& c, const std::string& uid, int rank, const std::vector<int>& devs) {
+  const int n = static_cast<int>(devs.size()), dev = devs[rank];
+  void* stream = nullptr;
+  if (dev >= 0) {
+    peerlink::device::set_current(dev);
+    stream = peerlink::device::stream_create();
+  }
+  Config cfg = c;
+  if (dev < 0) cfg.graph = 0;
+  peerlink::Communicator comm(uid, rank, n, dev);
+  const size_t es = bench::dt_size(c.dt);
+  auto sizes = bench::size_sweep(c.min_bytes, c.max_bytes, c.factor);
+  const size_t max_bytes = std::max<size_t>(sizes.back() / es * es, es * n) + 64;
+  Impl impls[3];
+  impls[0].name = "peerlink";
+  impls[0].available = true;
+  impls[0].send = comm.alloc(max_bytes);
+  impls[0].recv = comm.alloc(max_bytes);
+  {
+    Impl& p = impls[0];
+    const peerlink::DataType t = to_pl(c.dt);
+    const peerlink::ReduceOp o = to_pl(c.redop);
+    p.run = [&comm, &p, t, o, op = c.op, root = c.root](size_t cnt, void* st) {
+      switch (op) {
+        case Coll::AllGather: peerlink::all_gather(comm, p.send, p.recv, cnt, t, st); break;
+        case Coll::ReduceScatter: peerlink::reduce_scatter(comm, p.send, p.recv, cnt, t, o, st); break;
+        case Coll::Broadcast: peerlink::broadcast(comm, p.send, p.recv, cnt, t, root, st); break;
+        case Coll::Reduce: peerlink::reduce(comm, p.send, p.recv, cnt, t, o, root, st); break;
+        case Coll::AllToAll: peerlink::all_to_all(comm, p.send, p.recv, cnt, t, st); break;
+      }
+    };
+    p.after_sync = [&comm] { peerlink::allreduce_check(comm); };
+  }
+  NcclSide nccl(c, comm, devs, impls[0].send, impls[0].recv, max_bytes, impls[1], impls[2]);
+  Reporter rep(c, comm, impls);
+  Data data(c, rank, n);
+  for (size_t bytes : sizes) {
+    size_t elems = bytes / es / n * n;  // a multiple of n elements, as nccl-tests
+    if (elems == 0) continue;
+    Shape s = shape_of(c.op, elems, n);
+    Row rows[3];
+    for (int k = 0; k < 3; ++k)
+      if (impls[k].available) rows[k] = measure(cfg, impls[k], data, s, bytes * 2654435761u + 1, stream, comm);
+    rep.add(elems * es, elems, rows);
+  }
+  comm.barrier();
+  nccl.close();
+  comm.free(impls[0].send);
+  comm.free(impls[0].recv);
+  if (stream) peerlink::device::stream_destroy(stream);
+  return rep.finish();
+}
+
+std::vector<int> placement(const Config& c) {
+  if (!c.gpus.empty()) {
+    if (c.nranks && c.nranks != static_cast<int>(c.gpus.size()))
+      throw bench::UsageError("-g " + std::to_string(c.nranks) + " disagrees with --gpus");
+    return c.gpus;
+  }
+  int d = bench::probe_device_count();
+  int n = c.nranks ? c.nranks : (d >= 2 ? std::min(d, 8) : 2);
+  std::vector<int> devs(n);
+  for (int r = 0; r < n; ++r) devs[r] = d > 0 ? r % d : peerlink::kHostDevice;
+  return devs;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config c;
+  try {
+    c = parse(argc, argv);
+  } catch (const bench::UsageError& e) {
+    std::fprintf(stderr, "bench_collectives: %s\n%s", e.what(), kUsage);
+    return 1;
+  }
+  try {
+    bench::nccl::disable_nvls();
+    std::vector<int> devs = placement(c);
+    if (c.root >= static_cast<int>(devs.size())) throw bench::UsageError("-r " + std::to_string(c.root) + " is not a rank");
+    std::string uid = bench::make_unique_id("co");
+    return bench::fork_ranks(static_cast<int>(devs.size()), [&](int r) { return run_rank(c, uid, r, devs); },
+                             std::chrono::seconds(c.time_limit_s));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_collectives: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,224 @@
+// Parts of bench_collectives: configuration, one implementation's entry, the NCCL side (plain and
+// window-registered, through nccl_dl.h) and the nccl-tests style table printed by rank 0.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "allreduce_data.h"
+#include "nccl_dl.h"
+#include "peerlink/communicator.h"
+
+namespace bench::coll {
+
+enum class Coll { AllGather, ReduceScatter, Broadcast, Reduce, AllToAll };
+const char* const kCollNames[] = {"all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall"};
+
+struct Config {
+  Coll op = Coll::AllGather;
+  size_t min_bytes = 8, max_bytes = size_t(32) << 20, factor = 2;
+  int iters = 20, warmup = 5, check = 1, graph = 0, nranks = 0, root = 0;
+  bench::Dt dt = bench::Dt::F32;
+  bench::Op redop = bench::Op::Sum;
+  std::vector<int> gpus;
+  int time_limit_s = 900;
+};
+
+// One implementation: run(count) issues one collective of the current size on `stream` with its
+// own send/recv buffers (count = elements per rank's piece, as the collectives' APIs take it).
+struct Impl {
+  const char* name = "";
+  bool available = false;
+  std::string why;
+  void* send = nullptr;
+  void* recv = nullptr;
+  std::function<void(size_t, void*)> run;
+  std::function<void()> after_sync;
+};
+
+struct Row {
+  double time_us = 0;
+  uint64_t wrong = 0;
+  bool ok = false;
+};
+
+
+// NCCL columns: "nccl" runs on the peerlink-allocated buffers, "nccl-reg" on ncclMemAlloc buffers
+// registered as a symmetric window (collective registration, like nccl-tests -R 2). Both only when
+// every rank has its own GPU and libnccl.so.2 loads; registration only when the symbols exist.
+class NcclSide {
+ public:
+  NcclSide(const Config& c, peerlink::Communicator& comm, const std::vector<int>& devs, void* send, void* recv,
+           size_t bytes, Impl& plain, Impl& reg)
+      : comm_(comm) {
+    plain.name = "nccl";
+    reg.name = "nccl-reg";
+    const int me = comm.rank(), n = comm.world_size();
+    std::string why;
+    for (int r = 0; r < n && why.empty(); ++r) {
+      if (devs[r] < 0) why = "host backend (no GPU)";
+      for (int q = 0; q < r && why.empty(); ++q)
+        if (devs[q] == devs[r]) why = "ranks share GPU " + std::to_string(devs[r]);
+    }
+    if (why.empty()) {
+      lib_ = std::make_unique<nccl::Library>();
+      if (!lib_->available()) why = lib_->why();
+      else if (!(c.op == Coll::AllGather ? lib_->all_gather != nullptr
+                 : c.op == Coll::ReduceScatter ? lib_->reduce_scatter != nullptr
+                 : c.op == Coll::Broadcast ? lib_->broadcast != nullptr
+                 : c.op == Coll::Reduce ? lib_->reduce != nullptr
+                                        : (lib_->send && lib_->recv && lib_->group_start && lib_->group_end)))
+        why = "libnccl.so.2 lacks this collective";
+    }
+    struct Wire { int32_t ok; nccl::UniqueId id; } mine{}, all[64];
+    mine.ok = why.empty() ? 1 : 0;
+    if (mine.ok && me == 0) lib_->check(lib_->get_unique_id(&mine.id), "ncclGetUniqueId");
+    comm.allgather_bytes(&mine, sizeof mine, all);
+    for (int r = 0; r < n; ++r)
+      if (!all[r].ok && why.empty()) why = "NCCL unavailable on rank " + std::to_string(r);
+    if (!why.empty()) {
+      plain.why = reg.why = why;
+      return;
+    }
+    lib_->check(lib_->comm_init_rank(&ncomm_, n, all[0].id, me), "ncclCommInitRank");
+    if (me == 0) std::printf("# nccl version %d\n", lib_->version());
+    set_run(c, plain, send, recv);
+    if (lib_->mem_alloc && lib_->window_register && lib_->window_deregister && lib_->mem_free) {
+      lib_->check(lib_->mem_alloc(&rsend_, bytes), "ncclMemAlloc");
+      lib_->check(lib_->mem_alloc(&rrecv_, bytes), "ncclMemAlloc");
+      lib_->check(lib_->window_register(ncomm_, rsend_, bytes, &wsend_, nccl::Library::kWinCollSymmetric),
+                  "ncclCommWindowRegister");
+      lib_->check(lib_->window_register(ncomm_, rrecv_, bytes, &wrecv_, nccl::Library::kWinCollSymmetric),
+                  "ncclCommWindowRegister");
+      set_run(c, reg, rsend_, rrecv_);
+    } else {
+      reg.why = "NCCL < 2.27: no ncclCommWindowRegister";
+    }
+  }
+  void close() {
+    if (!ncomm_) return;
+    if (wsend_) lib_->window_deregister(ncomm_, wsend_);
+    if (wrecv_) lib_->window_deregister(ncomm_, wrecv_);
+    if (rsend_) lib_->mem_free(rsend_);
+    if (rrecv_) lib_->mem_free(rrecv_);
+    lib_->comm_destroy(ncomm_);
+    ncomm_ = nullptr;
+  }
+  ~NcclSide() { close(); }
+
+ private:
+  void set_run(const Config& c, Impl& impl, void* send, void* recv) {
+    impl.available = true;
+    impl.send = send;
+    impl.recv = recv;
+    nccl::Library* l = lib_.get();
+    nccl::Comm* nc = &ncomm_;
+    const int dt = c.dt == Dt::F32 ? nccl::Float32 : c.dt == Dt::F16 ? nccl::Float16 : c.dt == Dt::BF16 ? nccl::Bfloat16
+                 : c.dt == Dt::F64 ? nccl::Float64 : c.dt == Dt::I32 ? nccl::Int32 : nccl::Int64;
+    const int op = c.redop == Op::Sum ? nccl::Sum : c.redop == Op::Prod ? nccl::Prod : c.redop == Op::Max ? nccl::Max : nccl::Min;
+    const size_t es = dt_size(c.dt);
+    const int n = comm_.world_size();
+    impl.run = [l, nc, dt, op, es, n, send, recv, kind = c.op, root = c.root](size_t cnt, void* st) {
+      switch (kind) {
+        case Coll::AllGather: l->check(l->all_gather(send, recv, cnt, dt, *nc, st), "ncclAllGather"); break;
+        case Coll::ReduceScatter: l->check(l->reduce_scatter(send, recv, cnt, dt, op, *nc, st), "ncclReduceScatter"); break;
+        case Coll::Broadcast: l->check(l->broadcast(send, recv, cnt, dt, root, *nc, st), "ncclBroadcast"); break;
+        case Coll::Reduce: l->check(l->reduce(send, recv, cnt, dt, op, root, *nc, st), "ncclReduce"); break;
+        case Coll::AllToAll:  // as nccl-tests: grouped send/recv
+          l->check(l->group_start(), "ncclGroupStart");
+          for (int p = 0; p < n; ++p) {
+            l->check(l->send(static_cast<const char*>(send) + p * cnt * es, cnt, dt, p, *nc, st), "ncclSend");
+            l->check(l->recv(static_cast<char*>(recv) + p * cnt * es, cnt, dt, p, *nc, st), "ncclRecv");
+          }
+          l->check(l->group_end(), "ncclGroupEnd");
+          break;
+      }
+    };
+  }
+  peerlink::Communicator& comm_;
+  std::unique_ptr<nccl::Library> lib_;
+  nccl::Comm ncomm_ = nullptr;
+  void *rsend_ = nullptr, *rrecv_ = nullptr, *wsend_ = nullptr, *wrecv_ = nullptr;
+};
+
+// Rows gathered from every rank (max time, summed #wrong), printed by rank 0 as nccl-tests does.
+class Reporter {
+ public:
+  Reporter(const Config& c, peerlink::Communicator& comm, const Impl* impls) : c_(c), comm_(comm), impls_(impls) {
+    n_ = comm.world_size();
+    const int k = static_cast<int>(c.op);
+    factor_ = (c.op == Coll::Broadcast || c.op == Coll::Reduce) ? 1.0 : double(n_ - 1) / n_;
+    if (comm.rank() != 0) return;
+    std::printf("# bench_collectives op=%s nranks=%d type=%s redop=%s root=%d iters=%d warmup=%d graph=%d\n",
+                kCollNames[k], n_, dt_name(c.dt), op_name(c.redop), c.root, c.iters, c.warmup, c.graph ? 1 : 0);
+    for (int i = 0; i < 3; ++i)
+      std::printf("# %-8s : %s\n", impls_[i].name,
+                  impls_[i].available ? "available" : ("unavailable (" + impls_[i].why + ")").c_str());
+    std::printf("#%11s %12s %8s %6s %5s", "size", "count", "type", "redop", "root");
+    for (int i = 0; i < 3; ++i) std::printf(" %10s %7s %7s %6s", "time", "algbw", "busbw", "#wrong");
+    std::printf("\n#%11s %12s %8s %6s %5s", "(B)", "(elements)", "", "", "");
+    for (int i = 0; i < 3; ++i) std::printf(" %10s %7s %7s %6s", "(us)", "(GB/s)", "(GB/s)", "");
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  void add(size_t bytes, size_t count, const Row rows[3]) {
+    struct Wire { double t; uint64_t wrong; int32_t ok, pad; } mine[3], all[3 * 64];
+    for (int k = 0; k < 3; ++k) mine[k] = {rows[k].time_us, rows[k].wrong, rows[k].ok ? 1 : 0, 0};
+    comm_.allgather_bytes(mine, sizeof mine, all);
+    if (comm_.rank() != 0) return;
+    const bool rooted = c_.op == Coll::Broadcast || c_.op == Coll::Reduce;
+    std::printf(" %11zu %12zu %8s %6s %5d", bytes, count, dt_name(c_.dt),
+                c_.op == Coll::ReduceScatter || c_.op == Coll::Reduce ? op_name(c_.redop) : "none", rooted ? c_.root : -1);
+    for (int k = 0; k < 3; ++k) {
+      if (!impls_[k].available) {
+        std::printf(" %10s %7s %7s %6s", "n/a", "n/a", "n/a", "n/a");
+        continue;
+      }
+      double t = 0;
+      uint64_t wrong = 0;
+      bool ok = true;
+      for (int r = 0; r < n_; ++r) {
+        const Wire& w = all[r * 3 + k];
+        t = std::max(t, w.t), wrong += w.wrong, ok = ok && w.ok;
+      }
+      if (!ok) {
+        ++failures_;
+        std::printf(" %10s %7s %7s %6s", "error", "-", "-", "-");
+        continue;
+      }
+      double algbw = t > 0 ? double(bytes) / (t * 1e-6) / 1e9 : 0;
+      wrong_ += wrong;
+      busbw_[k] += algbw * factor_;
+      ++rows_[k];
+      if (c_.check) std::printf(" %10.2f %7.2f %7.2f %6llu", t, algbw, algbw * factor_, (unsigned long long)wrong);
+      else std::printf(" %10.2f %7.2f %7.2f %6s", t, algbw, algbw * factor_, "N/A");
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  int finish() {
+    if (comm_.rank() != 0) return 0;
+    if (c_.check) std::printf("# Out of bounds values : %llu %s\n", (unsigned long long)wrong_, wrong_ ? "ERROR" : "OK");
+    else std::printf("# Out of bounds values : N/A (-c 0: results not checked)\n");
+    for (int k = 0; k < 3; ++k)
+      if (rows_[k]) std::printf("# Avg bus bandwidth (%s) : %.3f\n", impls_[k].name, busbw_[k] / rows_[k]);
+    return wrong_ ? 2 : failures_ ? 3 : 0;
+  }
+
+ private:
+  const Config& c_;
+  peerlink::Communicator& comm_;
+  const Impl* impls_;
+  int n_ = 0;
+  double factor_ = 1;
+  uint64_t wrong_ = 0;
+  int failures_ = 0;
+  double busbw_[3] = {};
+  int rows_[3] = {};
+};
+
+}  // namespace bench::coll

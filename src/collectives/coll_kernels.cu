@@ -1,0 +1,252 @@
+// Kernels of all_gather, reduce_scatter, broadcast, reduce, all_to_all(v) (CUDA and HIP from one
+// source). The data flow is coll_plan.h's, the flag protocol and counters allreduce's (layout.h,
+// device_sync.h): everything remote is a store into the peer's scratch or inbox, every spin reads
+// local memory and is bounded by the device clock, sequence numbers live on the device (per-block
+// counters), so calls are graph-capturable and replays need no host work.
+#include "collectives/coll_launch.h"
+#include "collectives/device_compat.h"
+#include "collectives/device_reduce.h"
+#include "collectives/device_sync.h"
+#include "collectives/reduce_ops.h"
+#include "common/log.h"
+#include "peerlink/errors.h"
+
+namespace peerlink::coll {
+namespace {
+
+// ---- push path: chunks through the scratch input regions, per-block flags -------------------
+// Block b of every rank moves the sub-range [b*per_block, +per_block) of each chunk and exchanges
+// flags only with block b of the peers (the grid and sub-ranges are the same on every rank:
+// collectives.cpp), so blocks pipeline independently.
+template <typename T, int Op>
+__global__ void __launch_bounds__(1024) coll_push_kernel(CollLaunchArgs c) {
+  const LaunchArgs& a = c.a;
+  uint64_t seq0;
+  if (!kernel_begin(a, seq0)) return;
+  const CollDesc& d = c.d;
+  const DataLayout& L = a.layout;
+  const T* src = static_cast<const T*>(a.src);
+  T* dst = static_cast<T*>(a.dst);
+  const int me = a.rank, n = a.world, b = blockIdx.x;
+  const size_t C = c.chunk, rel = size_t(b) * c.per_block;
+  uint64_t seq = seq0;
+  size_t steps = c.steps;
+  if (d.kind == kAllToAllV) {
+    // Header step: ranks know only their own counts; agree on the largest piece (8 bytes per
+    // block in the input region of this step's slot).
+    ++seq;
+    const int slot = int(seq & 1);
+    const size_t mine = local_max_piece(d);
+    const int p = threadIdx.x;
+    if (p < n && p != me)
+      *reinterpret_cast<volatile uint64_t*>(a.data[p] + L.input(slot, me) + size_t(b) * 8) = mine;
+    signal_peers(a, 0, seq);
+    if (!wait_peers(a, 0, seq)) return;
+    size_t mx = mine;
+    for (int r = 0; r < n; ++r) {
+      if (r == me) continue;
+      size_t x = *reinterpret_cast<const volatile uint64_t*>(a.data[me] + L.input(slot, r) + size_t(b) * 8);
+      mx = x > mx ? x : mx;
+    }
+    steps = (mx + C - 1) / C;
+  }
+  const T* ins[kMaxRanks];
+  T* outs[1];
+  for (size_t k = 0; k < steps; ++k) {
+    ++seq;
+    const int slot = int(seq & 1);
+    size_t lo = 0, m;
+    for (int p = 0; p < n; ++p) {  // push our sub-range of chunk k of every outgoing piece
+      if (p == me) continue;
+      Piece sp = send_piece(d, p);
+      if (!(m = sub_range(sp.count, k, C, rel, c.per_block, &lo))) continue;
+      ins[0] = src + sp.src_off + lo;
+      outs[0] = reinterpret_cast<T*>(a.data[p] + L.input(slot, me)) + rel;
+      reduce_block<T, kOpSum>(ins, 1, outs, 1, m);
+    }
+    signal_peers(a, 0, seq);
+    if (!wait_peers(a, 0, seq)) return;
+    auto scratch = [&](int r) { return reinterpret_cast<const T*>(a.data[me] + L.input(slot, r)) + rel; };
+    if (reducing(d.kind)) {
+      Piece rp = recv_piece(d, me);
+      if ((m = sub_range(rp.count, k, C, rel, c.per_block, &lo))) {
+        for (int r = 0; r < n; ++r) ins[r] = r == me ? src + rp.src_off + lo : scratch(r);
+        outs[0] = dst + rp.dst_off + lo;
+        reduce_block<T, Op>(ins, n, outs, 1, m);
+      }
+    } else {
+      for (int r = 0; r < n; ++r) {
+        Piece rp = recv_piece(d, r);
+        if (!(m = sub_range(rp.count, k, C, rel, c.per_block, &lo))) continue;
+        ins[0] = r == me ? src + send_piece(d, me).src_off + lo : scratch(r);
+        outs[0] = dst + rp.dst_off + lo;
+        if (ins[0] != outs[0]) reduce_block<T, kOpSum>(ins, 1, outs, 1, m);
+      }
+    }
+    // The next step overwrites the other slot; this block's reads of this one are ordered before
+    // its next signal by signal_peers' barrier.
+  }
+  kernel_end(a, seq);
+}
+
+// ---- LL path: one step, 8 data bytes + flags per 16-byte line ---------------------------------
+// Block b handles words [b*wpb, (b+1)*wpb) of every piece. An empty piece sends one token line
+// (block 0), so every ordered pair exchanges a line per call (coll_plan.h). No barrier, no fence.
+
+// Waits for line `line` of rank `from` to carry `flag`. False when the wait ran out (reported) or
+// another block gave up.
+__device__ __forceinline__ bool wait_line(const LaunchArgs& a, int from, const char* line, uint32_t flag, uint64_t* v) {
+  uint32_t d0, f0, d1, f1;
+  load_ll(line, d0, f0, d1, f1);
+  if (f0 != flag || f1 != flag) {
+    uint64_t t0 = now_ns();
+    for (uint32_t spins = 1;; ++spins) {
+      load_ll(line, d0, f0, d1, f1);
+      if (f0 == flag && f1 == flag) break;
+      if ((spins & 1023) == 0) {
+        if (*reinterpret_cast<volatile uint32_t*>(&a.flags[a.rank]->abort)) return false;
+        if (now_ns() - t0 > a.timeout_ns) {
+          report_timeout(a, from);
+          return false;
+        }
+      }
+    }
+  }
+  *v = (uint64_t(d1) << 32) | d0;
+  return true;
+}
+
+template <typename T, int Op>
+__global__ void __launch_bounds__(1024) coll_ll_kernel(CollLaunchArgs c) {
+  const LaunchArgs& a = c.a;
+  uint64_t seq0;
+  if (!kernel_begin(a, seq0)) return;
+  const CollDesc& d = c.d;
+  const DataLayout& L = a.layout;
+  const T* src = static_cast<const T*>(a.src);
+  T* dst = static_cast<T*>(a.dst);
+  const int me = a.rank, n = a.world;
+  const uint64_t seq = seq0 + 1;
+  const uint32_t flag = uint32_t(seq);
+  const int slot = int(seq & 1);
+  const size_t w0 = size_t(blockIdx.x) * c.ll_words_per_block, wend = w0 + c.ll_words_per_block;
+  const bool token_thread = blockIdx.x == 0 && threadIdx.x == 0;
+  auto words = [](size_t bytes) { return (bytes + 7) / 8; };
+  auto al8 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7) == 0; };
+
+  for (int p = 0; p < n; ++p) {  // push
+    if (p == me) continue;
+    Piece sp = send_piece(d, p);
+    const size_t bytes = sp.count * sizeof(T);
+    const char* s = reinterpret_cast<const char*>(src + sp.src_off);
+    char* lines = a.data[p] + L.ll(slot, me);
+    if (bytes == 0) {
+      if (token_thread) store_ll(lines, 0, 0, flag);
+      continue;
+    }
+    const size_t nw = words(bytes), hi = wend < nw ? wend : nw;
+    const bool al = al8(s);
+    for (size_t w = w0 + threadIdx.x; w < hi; w += blockDim.x) {
+      uint64_t v = load_word(s, w, bytes, al);
+      store_ll(lines + w * 16, uint32_t(v), uint32_t(v >> 32), flag);
+    }
+  }
+  bool ok = true;
+  auto token = [&](int r) {  // an empty incoming piece: its token line
+    uint64_t v;
+    if (token_thread) ok = ok && wait_line(a, r, a.data[me] + L.ll(slot, r), flag, &v);
+  };
+  if (reducing(d.kind)) {
+    Piece rp = recv_piece(d, me);
+    const size_t bytes = rp.count * sizeof(T);
+    if (bytes == 0) {
+      for (int r = 0; r < n; ++r)
+        if (r != me) token(r);
+    } else {
+      using A = Acc<T>;
+      constexpr int E = 8 / sizeof(T);
+      const char* own = reinterpret_cast<const char*>(src + rp.src_off);
+      char* out = reinterpret_cast<char*>(dst + rp.dst_off);
+      const bool al = al8(own) && al8(out);
+      const size_t nw = words(bytes), hi = wend < nw ? wend : nw;
+      for (size_t w = w0 + threadIdx.x; w < hi && ok; w += blockDim.x) {
+        typename A::type acc[E];
+        for (int r = 0; r < n && ok; ++r) {
+          uint64_t v;
+          if (r == me) v = load_word(own, w, bytes, al);
+          else ok = wait_line(a, r, a.data[me] + L.ll(slot, r) + w * 16, flag, &v);
+          T x[E];
+          memcpy(x, &v, 8);
+#pragma unroll
+          for (int j = 0; j < E; ++j) acc[j] = r == 0 ? A::in(x[j]) : Apply<Op>::run(acc[j], A::in(x[j]));
+        }
+        if (!ok) break;
+        T o[E];
+#pragma unroll
+        for (int j = 0; j < E; ++j) o[j] = A::out(acc[j]);
+        uint64_t v;
+        memcpy(&v, o, 8);
+        store_word(out, w, bytes, al, v);  // bytes past the piece's end are never stored
+      }
+    }
+  } else {
+    for (int r = 0; r < n && ok; ++r) {
+      Piece rp = recv_piece(d, r);
+      const size_t bytes = rp.count * sizeof(T);
+      char* out = reinterpret_cast<char*>(dst + rp.dst_off);
+      if (r != me && bytes == 0) {
+        token(r);
+        continue;
+      }
+      const char* in = r == me ? reinterpret_cast<const char*>(src + send_piece(d, me).src_off) : nullptr;
+      if (r == me && in == out) continue;
+      const bool al = al8(out) && (in == nullptr || al8(in));
+      const size_t nw = words(bytes), hi = wend < nw ? wend : nw;
+      for (size_t w = w0 + threadIdx.x; w < hi && ok; w += blockDim.x) {
+        uint64_t v = 0;
+        if (r == me) v = load_word(in, w, bytes, al);
+        else ok = wait_line(a, r, a.data[me] + L.ll(slot, r) + w * 16, flag, &v);
+        if (ok) store_word(out, w, bytes, al, v);
+      }
+    }
+  }
+  kernel_end(a, seq);  // as allreduce's LL kernel: a failed wait has set the abort word already
+}
+
+template <typename T, int Op>
+void launch_typed(const CollLaunchArgs& c, DevStream st) {
+  const LaunchArgs& a = c.a;
+  if (c.ll)
+    gpu::dev::launch(coll_ll_kernel<T, Op>, unsigned(a.blocks), unsigned(a.threads), st, a.pdl, c);
+  else
+    gpu::dev::launch(coll_push_kernel<T, Op>, unsigned(a.blocks), unsigned(a.threads), st, a.pdl, c);
+}
+
+template <typename T>
+void launch_op(const CollLaunchArgs& c, DevStream st) {
+  if (!reducing(c.d.kind)) return launch_typed<T, kOpSum>(c, st);  // moves only: one instantiation
+  switch (c.a.op) {
+    case kOpSum: return launch_typed<T, kOpSum>(c, st);
+    case kOpMax: return launch_typed<T, kOpMax>(c, st);
+    case kOpMin: return launch_typed<T, kOpMin>(c, st);
+    case kOpProd: return launch_typed<T, kOpProd>(c, st);
+  }
+  throw InvalidArgument(common::cat("collective: unknown reduce op code ", c.a.op));
+}
+
+}  // namespace
+
+void launch_collective(const CollLaunchArgs& c, void* stream) {
+  const LaunchArgs& a = c.a;
+  if (a.blocks < 1 || a.blocks > kMaxBlocks || a.threads < kWarpSize || a.threads > 1024)
+    throw InvalidArgument(common::cat("collective launch: blocks ", a.blocks, " (1..", kMaxBlocks, "), threads ",
+                                      a.threads, " (", kWarpSize, "..1024)"));
+  if (!c.ll && (c.chunk == 0 || c.per_block == 0))
+    throw InvalidArgument(common::cat("collective launch: chunk ", c.chunk, ", per block ", c.per_block));
+  DevStream st = static_cast<DevStream>(stream);
+  bool known = with_type(a.dtype, [&](auto t) { launch_op<decltype(t)>(c, st); });
+  if (!known) throw InvalidArgument(common::cat("collective: unknown dtype code ", a.dtype));
+  gpu::dev::check_launch("collective kernel launch");
+}
+
+}  // namespace peerlink::coll

@@ -1,0 +1,11 @@
+// Host-only builds have no kernels: the GPU entry point of the collectives reports UnsupportedError.
+#if defined(PEERLINK_HOST_ONLY)
+#include "collectives/coll_launch.h"
+#include "peerlink/errors.h"
+
+namespace peerlink::coll {
+void launch_collective(const CollLaunchArgs&, void*) {
+  throw UnsupportedError("collectives on a GPU: peerlink was built without CUDA or HIP");
+}
+}  // namespace peerlink::coll
+#endif

@@ -1,0 +1,151 @@
+// Data movement plan shared by the host implementations (host_collectives.cpp) and the device
+// kernels (coll_kernels.cu) of all-gather, reduce-scatter, broadcast, reduce and all-to-all(v), so
+// that CI (host backend) runs exactly the piece/chunk arithmetic the GPUs run.
+//
+// Every collective is described as "pieces": the elements rank `from` sends to rank `to`. All of
+// them move the same way through the registered scratch of layout.h:
+//   step k (one sequence number): every rank pushes chunk k of each of its outgoing pieces into the
+//   receiver's input region position [sender] of slot (seq & 1), publishes its flag, waits for every
+//   peer's flag, then consumes chunk k of each incoming piece from its own scratch: a copy to the
+//   output (gather-like kinds) or a reduction in rank order into the output (reducing kinds).
+// Every rank signals and waits for every peer at every step, also in the rooted collectives, so the
+// two-slot argument of layout.h holds unchanged (and calls of any kind, allreduce included, can
+// follow each other on one communicator: they share the sequence counters).
+//
+// The LL variant (GPU small messages, and the host backend to keep it tested) has one step: pieces
+// travel as LL lines in the receiver's LL area position [sender]; an empty piece still sends one
+// flag-only "token" line, so every ordered pair exchanges something in every call: that is what
+// lets a rank reuse a slot two calls later (the peer's line of the previous call proves the peer
+// finished the call before it).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "collectives/host_device.h"
+#include "collectives/layout.h"
+
+namespace peerlink::coll {
+
+enum CollKind : int { kAllGather = 0, kReduceScatter = 1, kBroadcast = 2, kReduce = 3, kAllToAll = 4, kAllToAllV = 5 };
+
+struct CollDesc {
+  int kind = kAllGather;
+  int rank = 0;
+  int world = 0;
+  int root = 0;      // broadcast, reduce
+  size_t elem = 1;   // bytes per element
+  // all_gather: elements per rank; reduce_scatter: recvcount; broadcast/reduce: count;
+  // all_to_all: count per peer. Unused by all_to_all_v.
+  size_t count = 0;
+  // all_to_all_v, in elements (the caller's arrays copied: kernels get them by value).
+  size_t send_counts[kMaxRanks] = {};
+  size_t send_displs[kMaxRanks] = {};
+  size_t recv_counts[kMaxRanks] = {};
+  size_t recv_displs[kMaxRanks] = {};
+};
+
+// Elements of a piece: where they start in the sender's input, where they go in the receiver's
+// output, and how many.
+struct Piece {
+  size_t src_off = 0;
+  size_t dst_off = 0;
+  size_t count = 0;
+};
+
+PL_HD bool reducing(int kind) { return kind == kReduceScatter || kind == kReduce; }
+
+// What this rank (d.rank) sends to `to` (to == d.rank: its own piece, copied or reduced locally).
+PL_HD Piece send_piece(const CollDesc& d, int to) {
+  Piece p;
+  switch (d.kind) {
+    case kAllGather: p.count = d.count; break;
+    case kReduceScatter: p.src_off = size_t(to) * d.count; p.count = d.count; break;
+    case kBroadcast: p.count = d.rank == d.root ? d.count : 0; break;
+    case kReduce: p.count = to == d.root ? d.count : 0; break;
+    case kAllToAll: p.src_off = size_t(to) * d.count; p.count = d.count; break;
+    case kAllToAllV: p.src_off = d.send_displs[to]; p.count = d.send_counts[to]; break;
+  }
+  return p;
+}
+
+// What this rank receives from `from` (its src_off is only meaningful for from == d.rank).
+PL_HD Piece recv_piece(const CollDesc& d, int from) {
+  Piece p;
+  switch (d.kind) {
+    case kAllGather: p.dst_off = size_t(from) * d.count; p.count = d.count; break;
+    case kReduceScatter: p.src_off = size_t(d.rank) * d.count; p.count = d.count; break;
+    case kBroadcast: p.count = from == d.root ? d.count : 0; break;
+    case kReduce: p.count = d.rank == d.root ? d.count : 0; break;
+    case kAllToAll: p.src_off = size_t(d.rank) * d.count; p.dst_off = size_t(from) * d.count; p.count = d.count; break;
+    case kAllToAllV:
+      p.src_off = d.send_displs[d.rank];
+      p.dst_off = d.recv_displs[from];
+      p.count = d.recv_counts[from];
+      break;
+  }
+  return p;
+}
+
+// The largest piece this rank takes part in (sending or receiving). Every rank computes the same
+// value for the fixed-size kinds; all_to_all_v ranks agree on the maximum first (header step).
+PL_HD size_t local_max_piece(const CollDesc& d) {
+  size_t m = 0;
+  for (int r = 0; r < d.world; ++r) {
+    size_t a = send_piece(d, r).count, b = recv_piece(d, r).count;
+    if (a > m) m = a;
+    if (b > m) m = b;
+  }
+  return m;
+}
+
+// Elements of one step per piece: the scratch position (`cap` bytes) rounded down to whole 16-byte
+// units, so every chunk starts 16-byte aligned in the scratch.
+PL_HD size_t chunk_elems(size_t cap, size_t elem) {
+  size_t vec = 16 / elem;
+  return cap / elem / vec * vec;
+}
+
+// [lo, lo+m) of a piece of `count` elements that step `step` (chunks of `chunk`) and block sub-range
+// [rel, rel + per_block) of that chunk cover.
+PL_HD size_t sub_range(size_t count, size_t step, size_t chunk, size_t rel, size_t per_block, size_t* lo) {
+  size_t c0 = step * chunk;
+  if (c0 >= count) return 0;
+  size_t clen = count - c0 < chunk ? count - c0 : chunk;
+  if (rel >= clen) return 0;
+  *lo = c0 + rel;
+  return clen - rel < per_block ? clen - rel : per_block;
+}
+
+// Grid of the push path: block b moves [b*per_block, +per_block) of every chunk and exchanges flags
+// with block b of the peers, so every rank must compute the same grid: from the chunk (same scratch,
+// same dtype) and, except for all_to_all_v, from the piece size every rank shares. all_to_all_v
+// (sizes differ per rank) uses a fixed grid over the whole chunk and agrees on `steps` in a header
+// step (8 bytes of scratch per block). The host backend runs the same split with up to 4 "blocks"
+// in one thread, so CI covers the sub-range arithmetic.
+struct PushGrid {
+  size_t chunk = 0, steps = 0, per_block = 0;  // steps 0 for all_to_all_v (agreed at run time)
+  int blocks = 1;
+};
+inline PushGrid push_grid(const CollDesc& d, size_t cap, int threads, int max_blocks, int blocks_override) {
+  PushGrid g;
+  const size_t vec = 16 / d.elem, maxp = local_max_piece(d);
+  g.chunk = chunk_elems(cap, d.elem);
+  auto clamp = [&](size_t want) { return int(want < 1 ? 1 : want > size_t(max_blocks) ? size_t(max_blocks) : want); };
+  size_t span = g.chunk;
+  if (d.kind == kAllToAllV) {
+    g.blocks = clamp(cap / 8 < 32 ? cap / 8 : 32);
+  } else {
+    g.steps = (maxp + g.chunk - 1) / g.chunk;
+    span = maxp < g.chunk ? maxp : g.chunk;
+    // ~4 16-byte units per thread and peer per step: latency-sized grids for medium messages, the
+    // whole GPU from ~4 MB per piece (UNMEASURED).
+    g.blocks = clamp((span * d.elem + size_t(threads) * 64 - 1) / (size_t(threads) * 64));
+  }
+  if (blocks_override > 0) g.blocks = blocks_override;
+  g.per_block = (span + g.blocks - 1) / g.blocks;
+  g.per_block = (g.per_block + vec - 1) / vec * vec;
+  if (g.per_block == 0) g.per_block = vec;
+  return g;
+}
+
+}  // namespace peerlink::coll

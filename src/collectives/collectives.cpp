@@ -1,0 +1,296 @@
+// all_gather, reduce_scatter, broadcast, reduce, all_to_all(v): argument checks (nothing is written
+// before they pass), algorithm selection, dispatch to the host plan or the device kernels. The data
+// flow is in coll_plan.h; the registered scratch, flags and counters are allreduce's (coll_state.h).
+#include <algorithm>
+#include <chrono>
+
+#include "collectives/coll_launch.h"
+#include "collectives/coll_state.h"
+#include "common/log.h"
+#include "peerlink/collectives.h"
+#include "peerlink/errors.h"
+#include "transport/services.h"
+
+namespace peerlink {
+namespace {
+
+using common::cat;
+
+struct Call {
+  const char* name;
+  coll::CollDesc d;
+  DataType dtype = DataType::F32;
+  ReduceOp op = ReduceOp::Sum;
+  const void* src = nullptr;
+  void* dst = nullptr;
+};
+
+size_t mul_checked(const char* name, size_t a, size_t b, const char* what) {
+  if (b != 0 && a > SIZE_MAX / b) throw InvalidArgument(cat(name, ": ", what, " ", a, " x ", b, " overflows"));
+  return a * b;
+}
+
+// [a, a+an) and [b, b+bn) share a byte.
+bool overlap(const void* a, size_t an, const void* b, size_t bn) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return an && bn && x < y + bn && y < x + an;
+}
+
+// Input and output either coincide at `in_place_at` (allowed in-place layout) or do not overlap.
+void check_overlap(const char* name, const void* s, size_t sb, const void* d, size_t db, const void* in_place_at) {
+  if (!overlap(s, sb, d, db)) return;
+  if (in_place_at && s == in_place_at) return;
+  throw InvalidArgument(cat(name, ": sendbuf ", s, " (", sb, " bytes) and recvbuf ", d, " (", db,
+                            " bytes) overlap", in_place_at ? cat("; in place means sendbuf == ", in_place_at) : std::string(" (not allowed)")));
+}
+
+void check_null(const char* name, const void* p, size_t bytes, const char* which) {
+  if (bytes && !p) throw InvalidArgument(cat(name, ": ", which, " is null for ", bytes, " bytes"));
+}
+
+void check_op(const char* name, ReduceOp op) {
+  if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::Prod))
+    throw InvalidArgument(cat(name, ": unknown ReduceOp ", static_cast<int>(op)));
+}
+
+int world_of(Communicator& comm) { return comm.world_size(); }
+
+void check_root(const char* name, int root, int world) {
+  if (root < 0 || root >= world) throw InvalidArgument(cat(name, ": root ", root, " is not a rank of 0..", world - 1));
+}
+
+const std::string& algo_field(const Options& o, int kind) {
+  switch (kind) {
+    case coll::kAllGather: return o.all_gather_algo;
+    case coll::kReduceScatter: return o.reduce_scatter_algo;
+    case coll::kBroadcast: return o.broadcast_algo;
+    case coll::kReduce: return o.reduce_algo;
+    default: return o.all_to_all_algo;
+  }
+}
+
+// Auto selection. LL (one step, each 8 bytes travel with a flag: twice the bytes on the link, no
+// separate flag latency) for pieces up to kLlAuto bytes, the push path above. UNMEASURED: the
+// threshold follows allreduce's LL/flags crossover on 2x H200 (LL won up to 512 KB there, where the
+// reduction also hid latency); pure data movement should cross earlier. all_to_all_v always pushes:
+// its piece sizes differ per rank, and ranks must choose alike without talking.
+constexpr size_t kLlAuto = size_t(64) << 10;
+
+CollAlgo choose(const coll::CollState& st, const Call& c) {
+  CollAlgo forced = parse_coll_algo(algo_field(st.svc->options(), c.d.kind));
+  size_t piece_bytes = coll::local_max_piece(c.d) * c.d.elem;
+  // An empty piece still sends a token line: LL needs an LL area (allreduce_ll_max > 0).
+  if (forced == CollAlgo::LL) {
+    if (piece_bytes > st.ll_max || st.ll_max == 0)
+      throw InvalidArgument(cat(c.name, ": LL forced (Options) but a piece of ", piece_bytes,
+                                " bytes exceeds the LL area's ", st.ll_max, " bytes (allreduce_ll_max)"));
+    return CollAlgo::LL;
+  }
+  if (forced == CollAlgo::Push || c.d.kind == coll::kAllToAllV) return CollAlgo::Push;
+  size_t ll_max = st.host ? st.ll_max : std::min(st.ll_max, kLlAuto);
+  return ll_max > 0 && piece_bytes <= ll_max ? CollAlgo::LL : CollAlgo::Push;
+}
+
+int clamp_int(size_t want, int lo, int hi) { return static_cast<int>(std::max<size_t>(lo, std::min<size_t>(want, hi))); }
+
+void device_run(coll::CollState& st, const Call& c, CollAlgo algo, void* stream) {
+  coll::CollLaunchArgs L;
+  coll::LaunchArgs& a = L.a;
+  a.src = c.src;
+  a.dst = c.dst;
+  a.dtype = static_cast<int>(c.dtype);
+  a.op = static_cast<int>(c.op);
+  a.rank = st.rank;
+  a.world = st.world;
+  a.layout = st.layout;
+  for (int r = 0; r < st.world; ++r) {
+    a.data[r] = st.data[r];
+    a.flags[r] = st.flags[r];
+  }
+  a.error = st.error;
+  a.pdl = st.pdl;
+  a.timeout_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(st.svc->options().timeout).count());
+  a.threads = st.threads > 0 ? st.threads : 512;
+  const int all = std::min(std::max(st.sm_count, 1), coll::kMaxBlocks);
+  L.d = c.d;
+  const size_t elem = c.d.elem;
+  if (algo == CollAlgo::LL) {
+    // The LL grid need not agree across ranks (every line carries its own flag; layout.h).
+    L.ll = true;
+    size_t words = (coll::local_max_piece(c.d) * elem + 7) / 8;
+    a.blocks = st.blocks_override > 0 ? st.blocks_override : clamp_int((words + a.threads - 1) / a.threads, 1, all);
+    L.ll_words_per_block = std::max<size_t>(1, (words + a.blocks - 1) / a.blocks);
+  } else {
+    coll::PushGrid g = coll::push_grid(c.d, st.layout.cap, a.threads, all, st.blocks_override);
+    L.chunk = g.chunk;
+    L.steps = g.steps;
+    L.per_block = g.per_block;
+    a.blocks = g.blocks;
+  }
+  // Stream ordering across calls on different streams: as allreduce (allreduce.cpp).
+  const bool capturing = gpu::stream_is_capturing(stream);
+  if (!capturing && st.event_valid && stream != st.last_stream) gpu::stream_wait_event(stream, st.order_event);
+  coll::launch_collective(L, stream);
+  if (!capturing) {
+    gpu::event_record(st.order_event, stream);
+    st.event_valid = true;
+  }
+  st.last_stream = stream;
+}
+
+void run(Communicator& comm, Call& c, void* stream) {
+  auto call = detail::services(comm).begin(c.name);  // close() waits for us (defect #2)
+  coll::CollState& st = coll::coll_state(comm);
+  std::lock_guard<std::mutex> g(st.mu);
+  coll::check_collective_error(st);
+  c.d.rank = st.rank;
+  c.d.world = st.world;
+  CollAlgo algo = choose(st, c);
+  // Nothing moves, on any rank (counts are equal everywhere); all_to_all_v always runs (a rank
+  // with nothing to move still takes part in the others' steps).
+  if (c.d.kind != coll::kAllToAllV && c.d.count == 0) return;
+  if (!st.host) return device_run(st, c, algo, stream);
+  try {
+    coll::host_collective(st, c.d, static_cast<int>(c.dtype), static_cast<int>(c.op), c.src, c.dst,
+                          algo == CollAlgo::LL);
+  } catch (const TimeoutError& e) {
+    st.broken = std::make_exception_ptr(TimeoutError(cat(e.what(), "; this communicator's collectives are unusable")));
+    throw;
+  } catch (const PeerLostError& e) {
+    st.broken = std::make_exception_ptr(PeerLostError(cat(e.what(), "; this communicator's collectives are unusable")));
+    throw;
+  } catch (...) {  // e.g. Options::interrupt_check abandoned a wait: the ranks are out of step
+    st.broken = std::make_exception_ptr(Error(cat(c.name, " (rank ", st.rank, "): an earlier call on this communicator "
+                                                  "was abandoned mid-protocol; its collectives are unusable")));
+    throw;
+  }
+}
+
+Call make(const char* name, int kind, DataType dtype, size_t count) {
+  Call c;
+  c.name = name;
+  c.dtype = dtype;
+  c.d.kind = kind;
+  c.d.elem = dtype_size(dtype);  // validates dtype
+  c.d.count = count;
+  mul_checked(name, count, c.d.elem, "count");
+  return c;
+}
+
+}  // namespace
+
+void all_gather(Communicator& comm, const void* sendbuf, void* recvbuf, size_t count, DataType dtype, void* stream) {
+  Call c = make("all_gather", coll::kAllGather, dtype, count);
+  const int n = world_of(comm);
+  size_t sb = count * c.d.elem, rb = mul_checked(c.name, sb, size_t(n), "recv bytes");
+  check_null(c.name, sendbuf, sb, "sendbuf");
+  check_null(c.name, recvbuf, rb, "recvbuf");
+  check_overlap(c.name, sendbuf, sb, recvbuf, rb, static_cast<char*>(recvbuf) + size_t(comm.rank()) * sb);
+  c.src = sendbuf;
+  c.dst = recvbuf;
+  run(comm, c, stream);
+}
+
+void reduce_scatter(Communicator& comm, const void* sendbuf, void* recvbuf, size_t recvcount, DataType dtype,
+                    ReduceOp op, void* stream) {
+  Call c = make("reduce_scatter", coll::kReduceScatter, dtype, recvcount);
+  check_op(c.name, op);
+  const int n = world_of(comm);
+  size_t rb = recvcount * c.d.elem, sb = mul_checked(c.name, rb, size_t(n), "send bytes");
+  check_null(c.name, sendbuf, sb, "sendbuf");
+  check_null(c.name, recvbuf, rb, "recvbuf");
+  // In place: sendbuf + rank*recvcount == recvbuf, i.e. sendbuf == recvbuf - rank*recvcount.
+  const void* in_place = reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(recvbuf) - size_t(comm.rank()) * rb);
+  check_overlap(c.name, sendbuf, sb, recvbuf, rb, in_place);
+  c.op = op;
+  c.src = sendbuf;
+  c.dst = recvbuf;
+  run(comm, c, stream);
+}
+
+void broadcast(Communicator& comm, const void* sendbuf, void* recvbuf, size_t count, DataType dtype, int root,
+               void* stream) {
+  Call c = make("broadcast", coll::kBroadcast, dtype, count);
+  check_root(c.name, root, world_of(comm));
+  size_t b = count * c.d.elem;
+  check_null(c.name, recvbuf, b, "recvbuf");
+  if (comm.rank() == root) {
+    check_null(c.name, sendbuf, b, "sendbuf (root)");
+    check_overlap(c.name, sendbuf, b, recvbuf, b, recvbuf);
+  }
+  c.d.root = root;
+  c.src = sendbuf;
+  c.dst = recvbuf;
+  run(comm, c, stream);
+}
+
+void reduce(Communicator& comm, const void* sendbuf, void* recvbuf, size_t count, DataType dtype, ReduceOp op,
+            int root, void* stream) {
+  Call c = make("reduce", coll::kReduce, dtype, count);
+  check_op(c.name, op);
+  check_root(c.name, root, world_of(comm));
+  size_t b = count * c.d.elem;
+  check_null(c.name, sendbuf, b, "sendbuf");
+  if (comm.rank() == root) {
+    check_null(c.name, recvbuf, b, "recvbuf (root)");
+    check_overlap(c.name, sendbuf, b, recvbuf, b, recvbuf);
+  }
+  c.op = op;
+  c.d.root = root;
+  c.src = sendbuf;
+  c.dst = recvbuf;
+  run(comm, c, stream);
+}
+
+void all_to_all(Communicator& comm, const void* sendbuf, void* recvbuf, size_t count_per_peer, DataType dtype,
+                void* stream) {
+  Call c = make("all_to_all", coll::kAllToAll, dtype, count_per_peer);
+  size_t b = mul_checked(c.name, count_per_peer * c.d.elem, size_t(world_of(comm)), "bytes");
+  check_null(c.name, sendbuf, b, "sendbuf");
+  check_null(c.name, recvbuf, b, "recvbuf");
+  check_overlap(c.name, sendbuf, b, recvbuf, b, nullptr);
+  c.src = sendbuf;
+  c.dst = recvbuf;
+  run(comm, c, stream);
+}
+
+void all_to_all_v(Communicator& comm, const void* sendbuf, const size_t* send_counts, const size_t* send_displs,
+                  void* recvbuf, const size_t* recv_counts, const size_t* recv_displs, DataType dtype, void* stream) {
+  Call c = make("all_to_all_v", coll::kAllToAllV, dtype, 0);
+  const int n = world_of(comm), me = comm.rank();
+  if (!send_counts || !send_displs || !recv_counts || !recv_displs)
+    throw InvalidArgument(cat(c.name, ": null count/displacement array (send_counts ", send_counts, ", send_displs ",
+                              send_displs, ", recv_counts ", recv_counts, ", recv_displs ", recv_displs, ")"));
+  if (n > coll::kMaxRanks)
+    throw UnsupportedError(cat(c.name, ": at most ", coll::kMaxRanks, " ranks (one node); this communicator has ", n));
+  const size_t e = c.d.elem;
+  size_t s_end = 0, r_end = 0, s_lo = SIZE_MAX, r_lo = SIZE_MAX;  // element extents actually touched
+  for (int q = 0; q < n; ++q) {
+    for (int k = 0; k < 2; ++k) {
+      size_t cnt = k ? recv_counts[q] : send_counts[q], dsp = k ? recv_displs[q] : send_displs[q];
+      if (dsp > SIZE_MAX / e - cnt)
+        throw InvalidArgument(cat(c.name, ": ", k ? "recv" : "send", " displacement ", dsp, " + count ", cnt,
+                                  " for rank ", q, " overflows"));
+      if (!cnt) continue;
+      (k ? r_end : s_end) = std::max(k ? r_end : s_end, dsp + cnt);
+      (k ? r_lo : s_lo) = std::min(k ? r_lo : s_lo, dsp);
+    }
+    c.d.send_counts[q] = send_counts[q];
+    c.d.send_displs[q] = send_displs[q];
+    c.d.recv_counts[q] = recv_counts[q];
+    c.d.recv_displs[q] = recv_displs[q];
+  }
+  if (send_counts[me] != recv_counts[me])
+    throw InvalidArgument(cat(c.name, ": rank ", me, " sends itself ", send_counts[me], " elements but receives ",
+                              recv_counts[me]));
+  if (s_end) check_null(c.name, sendbuf, s_end * e, "sendbuf");
+  if (r_end) check_null(c.name, recvbuf, r_end * e, "recvbuf");
+  if (s_end && r_end)
+    check_overlap(c.name, static_cast<const char*>(sendbuf) + s_lo * e, (s_end - s_lo) * e,
+                  static_cast<char*>(recvbuf) + r_lo * e, (r_end - r_lo) * e, nullptr);
+  c.src = sendbuf;
+  c.dst = recvbuf;
+  run(comm, c, stream);
+}
+
+}  // namespace peerlink

@@ -1,0 +1,206 @@
+// Host backend of all-gather, reduce-scatter, broadcast, reduce and all-to-all(v): the plan of
+// coll_plan.h run by one CPU thread per rank over POSIX SHM (one "block"), both the chunked push
+// path and the LL path, so that CI runs the sequence numbers, slot reuse, chunking, tokens and the
+// all_to_all_v step agreement of the GPU kernels across real processes.
+#include <algorithm>
+#include <vector>
+
+#include "collectives/coll_launch.h"
+#include "collectives/host_sync.h"
+
+namespace peerlink::coll {
+namespace {
+
+using common::cat;
+
+// The device split emulated on the host: the grid push_grid() would give a GPU with 4 SMs and
+// 32-thread blocks, so pieces from 2 KB up use several "blocks" in CI.
+constexpr int kHostBlocks = 4;
+constexpr int kHostThreads = 32;
+
+const char* kind_name(int kind) {
+  switch (kind) {
+    case kAllGather: return "all_gather";
+    case kReduceScatter: return "reduce_scatter";
+    case kBroadcast: return "broadcast";
+    case kReduce: return "reduce";
+    case kAllToAll: return "all_to_all";
+    case kAllToAllV: return "all_to_all_v";
+  }
+  return "collective";
+}
+
+// all_to_all_v: ranks know only their own counts, so the number of steps is agreed first: one
+// step in which every rank pushes its largest piece (8 bytes) and takes the maximum of all.
+size_t agree_max(CollState& st, size_t mine, const char* what) {
+  const uint64_t seq = ++st.host_seq;
+  const int slot = int(seq & 1);
+  for (int p = 0; p < st.world; ++p)
+    if (p != st.rank) std::memcpy(st.data[p] + st.layout.input(slot, st.rank), &mine, sizeof mine);
+  host_signal(st, 0, seq);
+  host_wait_all(st, 0, seq, what);
+  size_t m = mine;
+  for (int r = 0; r < st.world; ++r) {
+    if (r == st.rank) continue;
+    size_t x;
+    std::memcpy(&x, st.data[st.rank] + st.layout.input(slot, r), sizeof x);
+    m = std::max(m, x);
+  }
+  return m;
+}
+
+template <typename T, int Op>
+void run_push(CollState& st, const CollDesc& d, const T* src, T* dst) {
+  const DataLayout& L = st.layout;
+  const int me = st.rank, n = st.world;
+  const char* what = kind_name(d.kind);
+  const PushGrid g = push_grid(d, L.cap, kHostThreads, kHostBlocks, 0);
+  const size_t C = g.chunk, pb = g.per_block;
+  const size_t steps = d.kind == kAllToAllV ? (agree_max(st, local_max_piece(d), what) + C - 1) / C : g.steps;
+  const T* ins[kMaxRanks];
+  for (size_t step = 0; step < steps; ++step) {
+    const uint64_t seq = ++st.host_seq;
+    const int slot = int(seq & 1);
+    auto scratch = [&](int from, size_t rel) { return reinterpret_cast<T*>(st.data[me] + L.input(slot, from)) + rel; };
+    size_t lo = 0, m;
+    for (int b = 0; b < g.blocks; ++b) {  // the device's blocks, one after the other
+      const size_t rel = size_t(b) * pb;
+      for (int p = 0; p < n; ++p) {  // push chunk `step` of every outgoing piece
+        if (p == me) continue;
+        Piece sp = send_piece(d, p);
+        if ((m = sub_range(sp.count, step, C, rel, pb, &lo)))
+          std::memcpy(reinterpret_cast<T*>(st.data[p] + L.input(slot, me)) + rel, src + sp.src_off + lo, m * sizeof(T));
+      }
+    }
+    host_signal(st, 0, seq);
+    host_wait_all(st, 0, seq, what);
+    for (int b = 0; b < g.blocks; ++b) {
+      const size_t rel = size_t(b) * pb;
+      if (reducing(d.kind)) {
+        Piece rp = recv_piece(d, me);
+        if ((m = sub_range(rp.count, step, C, rel, pb, &lo))) {
+          for (int r = 0; r < n; ++r) ins[r] = r == me ? src + rp.src_off + lo : scratch(r, rel);
+          T* out = dst + rp.dst_off + lo;
+          reduce_elems<T, Op>(ins, n, &out, 1, m);
+        }
+        continue;
+      }
+      for (int r = 0; r < n; ++r) {
+        Piece rp = recv_piece(d, r);
+        if (!(m = sub_range(rp.count, step, C, rel, pb, &lo))) continue;
+        const T* in = r == me ? src + send_piece(d, me).src_off + lo : scratch(r, rel);
+        T* out = dst + rp.dst_off + lo;
+        reduce_elems<T, kOpSum>(&in, 1, &out, 1, m);  // a move
+      }
+    }
+  }
+}
+
+// ---- LL lines on SHM: each 8-byte half {data 4 B, flag 4 B} is one atomic store, as on the GPU.
+inline void put_line(char* line, uint64_t v, uint32_t flag) {
+  auto h = reinterpret_cast<uint64_t*>(line);
+  __atomic_store_n(&h[0], (v & 0xffffffffu) | (uint64_t(flag) << 32), __ATOMIC_RELEASE);
+  __atomic_store_n(&h[1], (v >> 32) | (uint64_t(flag) << 32), __ATOMIC_RELEASE);
+}
+inline bool get_line(const char* line, uint32_t flag, uint64_t* v) {
+  auto h = reinterpret_cast<const uint64_t*>(line);
+  uint64_t a = __atomic_load_n(&h[0], __ATOMIC_ACQUIRE), b = __atomic_load_n(&h[1], __ATOMIC_ACQUIRE);
+  if (uint32_t(a >> 32) != flag || uint32_t(b >> 32) != flag) return false;
+  *v = (a & 0xffffffffu) | (b << 32);
+  return true;
+}
+
+uint64_t wait_line(CollState& st, int from, const char* line, uint32_t flag, size_t w, const char* what) {
+  uint64_t v = 0;
+  host_wait(st, from, what, [&] { return get_line(line, flag, &v); },
+            [&] { return cat("LL line ", w, ", flag ", flag); });
+  return v;
+}
+
+template <typename T, int Op>
+void run_ll(CollState& st, const CollDesc& d, const T* src, T* dst) {
+  const DataLayout& L = st.layout;
+  const int me = st.rank, n = st.world;
+  const char* what = kind_name(d.kind);
+  const uint64_t seq = ++st.host_seq;
+  const int slot = int(seq & 1);
+  const uint32_t flag = uint32_t(seq);
+  for (int p = 0; p < n; ++p) {  // push every outgoing piece as lines (a token line when empty)
+    if (p == me) continue;
+    Piece sp = send_piece(d, p);
+    char* lines = st.data[p] + L.ll(slot, me);
+    const size_t bytes = sp.count * sizeof(T);
+    const char* s = reinterpret_cast<const char*>(src + sp.src_off);
+    if (bytes == 0) put_line(lines, 0, flag);
+    for (size_t w = 0; w * 8 < bytes; ++w) {
+      uint64_t v = 0;
+      std::memcpy(&v, s + w * 8, std::min<size_t>(8, bytes - w * 8));
+      put_line(lines + w * 16, v, flag);
+    }
+  }
+  // Receive: every line of every incoming piece (a token when empty) into `out` (or discarded).
+  auto take = [&](int r, size_t count, char* out) {
+    const char* lines = st.data[me] + L.ll(slot, r);
+    const size_t bytes = count * sizeof(T);
+    if (bytes == 0) wait_line(st, r, lines, flag, 0, what);
+    for (size_t w = 0; w * 8 < bytes; ++w) {
+      uint64_t v = wait_line(st, r, lines + w * 16, flag, w, what);
+      std::memcpy(out + w * 8, &v, std::min<size_t>(8, bytes - w * 8));
+    }
+  };
+  if (reducing(d.kind)) {
+    Piece rp = recv_piece(d, me);
+    std::vector<std::vector<T>> tmp(n);
+    const T* ins[kMaxRanks];
+    for (int r = 0; r < n; ++r) {
+      if (r == me) {
+        ins[r] = src + rp.src_off;
+        continue;
+      }
+      tmp[r].resize(rp.count);
+      take(r, rp.count, reinterpret_cast<char*>(tmp[r].data()));
+      ins[r] = tmp[r].data();
+    }
+    T* out = dst + rp.dst_off;
+    if (rp.count) reduce_elems<T, Op>(ins, n, &out, 1, rp.count);
+    return;
+  }
+  for (int r = 0; r < n; ++r) {
+    Piece rp = recv_piece(d, r);
+    T* out = dst + rp.dst_off;
+    if (r != me) {
+      take(r, rp.count, reinterpret_cast<char*>(out));
+    } else if (rp.count) {
+      const T* in = src + send_piece(d, me).src_off;
+      reduce_elems<T, kOpSum>(&in, 1, &out, 1, rp.count);
+    }
+  }
+}
+
+template <typename T>
+void run_typed(CollState& st, const CollDesc& d, int op, const void* src, void* dst, bool ll) {
+  auto s = static_cast<const T*>(src);
+  auto t = static_cast<T*>(dst);
+  auto go = [&](auto opc) {
+    constexpr int Op = decltype(opc)::value;
+    if (ll) run_ll<T, Op>(st, d, s, t);
+    else run_push<T, Op>(st, d, s, t);
+  };
+  if (!reducing(d.kind)) return go(std::integral_constant<int, kOpSum>{});
+  switch (op) {
+    case kOpSum: return go(std::integral_constant<int, kOpSum>{});
+    case kOpMax: return go(std::integral_constant<int, kOpMax>{});
+    case kOpMin: return go(std::integral_constant<int, kOpMin>{});
+    case kOpProd: return go(std::integral_constant<int, kOpProd>{});
+  }
+  throw InvalidArgument(cat(kind_name(d.kind), ": unknown reduce op code ", op));
+}
+
+}  // namespace
+
+void host_collective(CollState& st, const CollDesc& d, int dtype, int op, const void* src, void* dst, bool ll) {
+  bool known = with_type(dtype, [&](auto t) { run_typed<decltype(t)>(st, d, op, src, dst, ll); });
+  if (!known) throw InvalidArgument(cat(kind_name(d.kind), ": unknown dtype code ", dtype));
+}
+
+}  // namespace peerlink::coll

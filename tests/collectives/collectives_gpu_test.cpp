@@ -1,0 +1,187 @@
+// all_gather, reduce_scatter, broadcast, reduce, all_to_all(v) on GPUs. Runs only when
+// PEERLINK_TEST_GPUS >= 2 (as the allreduce GPU test). Rank r uses device
+// PEERLINK_TEST_DEVICES[r] (comma list, default "0,1"): "0,1,0,1" runs 4 ranks on 2 GPUs (two
+// processes per GPU, time-sliced) to check the >2-rank kernels. The parent never touches the GPU
+// runtime before forking. Buffers are plain device allocations (any device memory works).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <sstream>
+#include <vector>
+
+#include "coll_harness.h"
+#include "gpu/runtime.h"
+#include "support/mp.h"
+
+namespace {
+
+using namespace pltest;
+using namespace pltest::coll;
+using peerlink::Communicator;
+using peerlink::Options;
+namespace gpu = peerlink::gpu;
+
+bool have_gpus() {
+  const char* v = std::getenv("PEERLINK_TEST_GPUS");
+  return v && std::atoi(v) >= 2;
+}
+#define REQUIRE_GPUS() \
+  if (!have_gpus()) GTEST_SKIP() << "set PEERLINK_TEST_GPUS=2 on a machine with 2 GPUs"
+
+std::vector<int> devices() {
+  const char* v = std::getenv("PEERLINK_TEST_DEVICES");
+  std::vector<int> d;
+  std::stringstream ss(v && *v ? v : "0,1");
+  for (std::string item; std::getline(ss, item, ',');) d.push_back(std::atoi(item.c_str()));
+  return d;
+}
+
+Options opts(const char* algo, size_t scratch = 0) {
+  Options o = Options::from_env();
+  o.allreduce_scratch_bytes = scratch;
+  o.all_gather_algo = o.reduce_scatter_algo = o.broadcast_algo = o.reduce_algo = o.all_to_all_algo = algo;
+  o.timeout = std::chrono::milliseconds(60000);
+  return o;
+}
+
+// Device memory behind the harness's buffers; sync() waits for the stream and reports device errors.
+Mem device_mem(Communicator& comm, gpu::Stream s) {
+  Mem m;
+  m.alloc = [](size_t n) { return gpu::device_malloc(n ? n : 1); };
+  m.release = [](void* p) { gpu::device_free(p); };
+  m.put = [](void* d, const void* h, size_t n) { gpu::memcpy_sync(d, h, n); };
+  m.get = [](void* h, const void* d, size_t n) { gpu::memcpy_sync(h, d, n); };
+  m.sync = [&comm, s] {
+    gpu::stream_sync(s);
+    peerlink::allreduce_check(comm);
+  };
+  m.stream = s;
+  return m;
+}
+
+const std::vector<Kind> kAll = {Kind::AllGather, Kind::ReduceScatter, Kind::Broadcast,
+                                Kind::Reduce,    Kind::AllToAll,      Kind::AllToAllV};
+
+// Every kind x dtype (reducing kinds: sum and max; bf16 and f32 with every op) x size, per algorithm.
+TEST(CollectivesGpu, Correctness) {
+  REQUIRE_GPUS();
+  const std::vector<int> devs = devices();
+  const int world = int(devs.size());
+  const DataType types[] = {DataType::BF16, DataType::F32, DataType::F16, DataType::F64, DataType::I32, DataType::I64};
+  // ll: pieces within the LL area (512 KB); push with 64 KB scratch positions (many steps per
+  // call, several blocks per step); auto with the default scratch (2 ranks: 16 MB chunks).
+  struct Algo { const char* name; size_t scratch; std::vector<size_t> sizes; };
+  const Algo algos[] = {{"ll", 0, {1, 3, 1001, 4099, 65537}},
+                        {"push", 65536, {1, 3, 1001, 65537, 300001}},
+                        {"", 0, {1, 7, 4099, 300001, 2000001}}};
+  const int kMaxCases = 3 * 6 * 6 * 4 * 5;
+  HashTable hashes(world, kMaxCases);
+  int cases = 0;
+  for (const Algo& a : algos)
+    for (Kind k : kAll)
+      for (DataType t : types)
+        for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod}) {
+          bool all_ops = t == DataType::F32 || t == DataType::BF16;
+          if ((!is_reducing(k) && op != ReduceOp::Sum) || (!all_ops && (op == ReduceOp::Min || op == ReduceOp::Prod)))
+            continue;
+          cases += int(a.sizes.size());
+        }
+  std::string uid = unique_test_id("gco");
+  std::string fail = run_ranks(world, [&](int rank) {
+    gpu::set_device(devs[rank]);
+    int c = 0, ai = 0;
+    for (const Algo& a : algos) {
+      Communicator comm(uid + std::to_string(ai++), rank, world, devs[rank], opts(a.name, a.scratch));
+      gpu::Stream s = gpu::stream_create();
+      Mem mem = device_mem(comm, s);
+      for (Kind k : kAll)
+        for (DataType t : types)
+          for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod}) {
+            bool all_ops = t == DataType::F32 || t == DataType::BF16;
+            if ((!is_reducing(k) && op != ReduceOp::Sum) || (!all_ops && (op == ReduceOp::Min || op == ReduceOp::Prod)))
+              continue;
+            for (size_t n : a.sizes) {
+              size_t m = n;
+              if (k == Kind::AllGather || k == Kind::AllToAll || k == Kind::AllToAllV) m = (n + world - 1) / world;
+              int root = c % world;
+              bool in_place = c % 3 == 1 && k != Kind::AllToAll && k != Kind::AllToAllV;
+              std::string what = std::string(kind_name(k)) + " algo '" + a.name + "' " + peerlink::to_string(t) + " " +
+                                 peerlink::to_string(op) + " count " + std::to_string(m) + " world " +
+                                 std::to_string(world) + (in_place ? " in place" : "");
+              hashes.put(rank, c, run_case(comm, mem, k, t, op, m, root, in_place, 9000 + c, what));
+              ++c;
+            }
+          }
+      gpu::stream_destroy(s);
+    }
+    MP_CHECK_MSG(c == cases, "ran " << c << " cases, expected " << cases);
+  }, std::chrono::milliseconds(600000));
+  EXPECT_EQ(fail, "");
+  EXPECT_EQ(hashes.mismatch(cases), "");
+}
+
+// One graph holding every kind (LL and push sizes), replayed with new inputs before every replay.
+TEST(CollectivesGpu, GraphCaptureAndReplays) {
+  REQUIRE_GPUS();
+  const std::vector<int> devs = devices();
+  const int world = int(devs.size());
+  std::string uid = unique_test_id("gco-graph");
+  std::string fail = run_ranks(world, [&](int rank) {
+    gpu::set_device(devs[rank]);
+    Communicator comm(uid, rank, world, devs[rank], opts(""));
+    gpu::Stream s = gpu::stream_create();
+    for (size_t n : {size_t(1001), size_t(1) << 20}) {  // 4 KB pieces (LL) and 4 MB (push)
+      const size_t b = n * 4;
+      Mem mem = device_mem(comm, s);
+      Buf in(mem, world * b, 0), ag(mem, world * b, 0), rs(mem, b, 0), bc(mem, b, 0), rd(mem, b, 0), a2a(mem, world * b, 0);
+      auto run_all = [&] {
+        peerlink::all_gather(comm, in.p, ag.p, n, DataType::I32, s);
+        peerlink::reduce_scatter(comm, in.p, rs.p, n, DataType::I32, ReduceOp::Sum, s);
+        peerlink::broadcast(comm, in.p, bc.p, n, DataType::I32, world - 1, s);
+        peerlink::reduce(comm, in.p, rd.p, n, DataType::I32, ReduceOp::Max, 0, s);
+        peerlink::all_to_all(comm, in.p, a2a.p, n, DataType::I32, s);
+      };
+      run_all();  // first use sets the collectives up (outside the capture)
+      gpu::stream_sync(s);
+      gpu::stream_begin_capture(s);
+      run_all();
+      gpu::GraphExec g = gpu::stream_end_capture(s);
+      auto val = [](int rep, int r, size_t i) { return int32_t((rep * 131 + r * 17 + int(i)) % 100003 + 1); };
+      std::vector<int32_t> h(world * n), out(world * n);
+      for (int rep = 0; rep < 20; ++rep) {
+        for (size_t i = 0; i < world * n; ++i) h[i] = val(rep, rank, i);
+        gpu::memcpy_sync(in.p, h.data(), world * b);
+        gpu::graph_launch(g, s);
+        mem.sync();
+        gpu::memcpy_sync(out.data(), ag.p, world * b);
+        for (int r = 0; r < world; ++r)
+          for (size_t i = 0; i < n; ++i) MP_CHECK_MSG(out[r * n + i] == val(rep, r, i), "replay " << rep << " all_gather");
+        gpu::memcpy_sync(out.data(), rs.p, b);
+        for (size_t i = 0; i < n; ++i) {
+          int32_t want = 0;
+          for (int r = 0; r < world; ++r) want += val(rep, r, rank * n + i);
+          MP_CHECK_MSG(out[i] == want, "replay " << rep << " reduce_scatter element " << i);
+        }
+        gpu::memcpy_sync(out.data(), bc.p, b);
+        for (size_t i = 0; i < n; ++i) MP_CHECK_MSG(out[i] == val(rep, world - 1, i), "replay " << rep << " broadcast");
+        if (rank == 0) {
+          gpu::memcpy_sync(out.data(), rd.p, b);
+          for (size_t i = 0; i < n; ++i) {
+            int32_t want = val(rep, 0, i);
+            for (int r = 1; r < world; ++r) want = std::max(want, val(rep, r, i));
+            MP_CHECK_MSG(out[i] == want, "replay " << rep << " reduce");
+          }
+        }
+        gpu::memcpy_sync(out.data(), a2a.p, world * b);
+        for (int r = 0; r < world; ++r)
+          for (size_t i = 0; i < n; ++i)
+            MP_CHECK_MSG(out[r * n + i] == val(rep, r, rank * n + i), "replay " << rep << " all_to_all");
+      }
+      gpu::graph_destroy(g);
+    }
+    gpu::stream_destroy(s);
+  }, std::chrono::milliseconds(300000));
+  EXPECT_EQ(fail, "");
+}
+
+}  // namespace

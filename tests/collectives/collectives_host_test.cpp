@@ -1,0 +1,80 @@
+// all_gather, reduce_scatter, broadcast, reduce, all_to_all(v) on the host backend, one process per
+// rank: every dtype (x every op for the reducing ones), 2-8 ranks, sizes from 1 element (odd,
+// not multiples of 16 bytes) to multi-step chunking, both algorithms (LL, push) and the automatic
+// choice, in place and out of place, every root; checks in coll_harness.h; outputs that are the same
+// everywhere are compared bitwise across ranks.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "coll_harness.h"
+#include "support/mp.h"
+
+namespace {
+
+using namespace pltest;
+using namespace pltest::coll;
+using peerlink::Communicator;
+using peerlink::Options;
+
+const DataType kTypes[] = {DataType::F32, DataType::F16, DataType::BF16, DataType::F64, DataType::I32, DataType::I64};
+const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod};
+
+Options opts(const char* algo, size_t scratch = 0) {
+  Options o = Options::from_env();
+  o.all_gather_algo = o.reduce_scatter_algo = o.broadcast_algo = o.reduce_algo = o.all_to_all_algo = algo;
+  o.allreduce_scratch_bytes = scratch;
+  o.timeout = std::chrono::milliseconds(20000);
+  return o;
+}
+
+// Every dtype (x op) x size of `kinds` with `algo` on `world` ranks.
+void sweep(int world, const char* algo, const std::vector<Kind>& kinds, const std::vector<size_t>& sizes,
+           size_t scratch = 0) {
+  std::string uid = unique_test_id(std::string("co-") + algo);
+  int cases = 0;
+  for (Kind k : kinds) cases += int(std::size(kTypes) * (is_reducing(k) ? std::size(kOps) : 1) * sizes.size());
+  HashTable hashes(world, cases);
+  std::string fail = run_ranks(world, [&](int rank) {
+    Communicator comm(uid, rank, world, peerlink::kHostDevice, opts(algo, scratch));
+    Mem mem;
+    int c = 0;
+    for (Kind k : kinds)
+      for (DataType t : kTypes)
+        for (ReduceOp op : kOps) {
+          if (!is_reducing(k) && op != ReduceOp::Sum) continue;
+          for (size_t n : sizes) {
+            int root = c % world;
+            bool in_place = c % 3 == 1 && k != Kind::AllToAll && k != Kind::AllToAllV;
+            std::string what = std::string(kind_name(k)) + " algo '" + algo + "' " + peerlink::to_string(t) + " " +
+                               peerlink::to_string(op) + " count " + std::to_string(n) + " world " +
+                               std::to_string(world) + " root " + std::to_string(root) + (in_place ? " in place" : "");
+            hashes.put(rank, c, run_case(comm, mem, k, t, op, n, root, in_place, 7000 + c, what));
+            ++c;
+          }
+        }
+  });
+  EXPECT_EQ(fail, "");
+  EXPECT_EQ(hashes.mismatch(cases), "");
+  EXPECT_TRUE(leftover_segments(uid).empty());
+}
+
+const std::vector<Kind> kAll = {Kind::AllGather, Kind::ReduceScatter, Kind::Broadcast,
+                                Kind::Reduce,    Kind::AllToAll,      Kind::AllToAllV};
+const std::vector<size_t> kSmall = {1, 3, 7, 33, 1001};  // every piece fits the host LL area (16 KB)
+
+TEST(CollectivesHost, LLAllKinds2Ranks) { sweep(2, "ll", kAll, kSmall); }
+TEST(CollectivesHost, PushAllKinds2Ranks) { sweep(2, "push", kAll, {1, 3, 7, 33, 1001, 4099}); }
+TEST(CollectivesHost, AutoAllKinds3Ranks) { sweep(3, "", kAll, {1, 5, 1001, 4099}); }
+TEST(CollectivesHost, LLAllKinds4Ranks) { sweep(4, "ll", kAll, {1, 9, 301}); }
+TEST(CollectivesHost, PushAllKinds4Ranks) { sweep(4, "push", kAll, {2, 301}); }
+// Many steps per call: 1 KB scratch positions (64 f64 elements per chunk).
+TEST(CollectivesHost, PushManySteps3Ranks) { sweep(3, "push", kAll, {63, 64, 65, 1001}, 1024); }
+// More than one 1 MB chunk per piece with the default scratch.
+TEST(CollectivesHost, PushTwoChunks2Ranks) {
+  sweep(2, "", {Kind::AllGather, Kind::ReduceScatter, Kind::Broadcast, Kind::AllToAll}, {300001});
+}
+TEST(CollectivesHost, AutoAllKinds8Ranks) { sweep(8, "", kAll, {1, 17, 1001}); }
+TEST(CollectivesHost, PushAllKinds5Ranks) { sweep(5, "push", kAll, {3, 77}, 256); }
+
+}  // namespace
