@@ -22,9 +22,9 @@ namespace peerlink::stream {
 // area under kAreaBufId); user calls naming them get InvalidArgument.
 constexpr uint32_t kReservedBufBase = 0xFFFFFF00u;
 constexpr uint32_t kAreaBufId = 0xFFFFFF01u;
-constexpr uint64_t kAreaMagic = 0x706c5354524d3031ull;  // "plSTRM01"
+constexpr uint64_t kAreaMagic = 0x706c5354524d3032ull;  // "plSTRM02" (per-slot flags, multi-block GPU grids)
 constexpr int kDescRing = 64;   // published-form recvs posted ahead of completion, per pair
-constexpr int kMaxSlots = 16;   // NCCL-form staging slots per ordered pair (at most)
+constexpr int kMaxSlots = 64;   // NCCL-form staging slots per ordered pair (at most)
 
 // Status of a published-form message (ReadyDesc::status).
 constexpr uint32_t kStatusOk = 1;
@@ -74,6 +74,13 @@ struct PairSection {
   Line pub_ready;     // q's pub_ready-th published-form send to this rank has landed
   Line raw_ready;     // q staged raw_ready chunks (total) into this section's slots
   Line raw_consumed;  // q copied out raw_consumed chunks (total) of this rank's messages to q
+  // GPU NCCL form: one flag per staging slot instead of the two totals above (the host backend keeps
+  // the totals). Several blocks move different chunks at once and finish in any order, so a total
+  // could go backwards; a per-slot flag holds the number (g + 1) of the chunk g last staged /
+  // consumed there, which only grows (slot s is reused by chunk g + slots only after chunk g was
+  // consumed).
+  Line raw_slot_ready[kMaxSlots];     // q staged chunk (value - 1) in slot s
+  Line raw_slot_consumed[kMaxSlots];  // q copied out chunk (value - 1) of this rank's from slot s
   PostDesc post[kDescRing];
   ReadyDesc ready[kDescRing];
   ChunkHdr hdr[kMaxSlots];
@@ -83,6 +90,13 @@ struct PairSection {
   Line raw_sent_msgs, raw_sent_chunks;   // NCCL-form messages/chunks issued to q
   Line raw_recvd_msgs, raw_recvd_chunks; // NCCL-form messages/chunks issued from q
   Line error;         // GPU: first device-side failure on this pair (see stream_kernels.cu)
+  // GPU: the blocks of one channel (stream_kernels.cu). exit[kind] counts the channel's blocks that
+  // finished the current launch (the last one writes the channel's counters above, then resets it
+  // to 0); pub_arrive[k % kDescRing] counts the blocks that finished their part of published-form
+  // message k (the last one publishes pub_ready, then resets it to 0). Both are back to 0 before
+  // any later launch or message can use them, so nothing needs resetting from the host.
+  Line exit[4];
+  uint64_t pub_arrive[kDescRing];
 };
 
 constexpr size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
