@@ -16,6 +16,8 @@ namespace {
 
 using gpu::dev::fence_acq_rel_system;
 using gpu::dev::fence_system;
+using gpu::dev::load_volatile_16;
+using gpu::dev::store_volatile_16;
 using gpu::dev::now_ns;
 using gpu::dev::pdl_launch_dependents;
 using gpu::dev::pdl_wait;
@@ -23,7 +25,8 @@ using gpu::dev::store_release_system;
 __device__ __forceinline__ uint64_t load_volatile(const uint64_t* p) { return *reinterpret_cast<const volatile uint64_t*>(p); }
 
 constexpr int kThreads = kStreamThreads;
-constexpr uint64_t kFlagsBytes = flags_bytes();  // a constant, usable in device code
+constexpr uint64_t kFlagsBytes = flags_bytes();     // constants, usable in device code
+constexpr uint64_t kStagingOff = staging_offset();
 
 struct Ctx {
   const StreamLaunch* L;
@@ -116,6 +119,46 @@ __device__ void channel_exit(const Ctx& x, Last&& last) {
   }
 }
 
+// The LL flag of published-form message k: never 0 (a zeroed line never matches).
+__device__ __forceinline__ uint32_t ll_flag(uint64_t k) { return uint32_t(k % 0xFFFFFFFFull) + 1; }
+
+__device__ __forceinline__ char* ll_slot(PairSection* s, uint64_t k) {
+  return reinterpret_cast<char*>(s) + kFlagsBytes + (k % kLLSlots) * kLLSlotBytes;
+}
+
+// Published form, len <= kLLMax (stream_layout.h): block 0 of the channel writes header and data
+// as LL lines into the receiver's ring slot; no fence, no flag, no wait for the posted recv except
+// the ring credit (almost always there already). False when the credit wait failed.
+__device__ bool send_pub_ll(const Ctx& x, const DevOp& op, uint64_t k) {
+  const DevChannel& c = *x.c;
+  __shared__ int s_go;
+  if (threadIdx.x == 0) {
+    s_go = k + 1 <= kLLSlots || wait_ge(x, &c.mine->pub_posted.v, k + 1 - kLLSlots);
+    if (s_go) fence_acq_rel_system();  // the receiver emptied the slot (zeroed its lines) before
+  }
+  __syncthreads();
+  if (!s_go) return false;
+  const uint32_t f = ll_flag(k);
+  char* slot = ll_slot(c.remote, k);
+  if (threadIdx.x == 0) {
+    store_volatile_16(slot, op.buf_id, f, uint32_t(op.len), f);
+    store_volatile_16(slot + 16, uint32_t(op.offset), f, uint32_t(op.offset >> 32), f);
+  }
+  const uint64_t lines = (op.len + 7) / 8;
+  const bool aligned = (reinterpret_cast<uintptr_t>(op.src) & 7) == 0;
+  for (uint64_t i = threadIdx.x; i < lines; i += blockDim.x) {
+    uint64_t v = 0;
+    if (aligned && 8 * i + 8 <= op.len) {
+      v = *reinterpret_cast<const uint64_t*>(op.src + 8 * i);
+    } else {
+      for (uint64_t b = 8 * i; b < op.len && b < 8 * i + 8; ++b) v |= uint64_t(uint8_t(op.src[b])) << (8 * (b - 8 * i));
+    }
+    store_volatile_16(slot + 32 + 16 * i, uint32_t(v), f, uint32_t(v >> 32), f);
+  }
+  __syncthreads();  // s_go is read by every thread before thread 0 rewrites it for the next message
+  return true;
+}
+
 // Published form: every block of the channel waits for the posted recv (a local spin), checks the
 // descriptor, copies its share straight into the receiver's buffer; the last block to finish
 // message k (pub_arrive) writes the ReadyDesc and release-stores pub_ready = k.
@@ -126,6 +169,10 @@ __device__ void send_pub(const Ctx& x) {
   for (int i = 0; i < c.nops; ++i) {
     const DevOp& op = x.L->ops[c.first_op + i];
     const uint64_t k = base + i + 1;
+    if (op.len <= kLLMax) {  // small: LL lines by block 0; the other blocks have nothing to do for it
+      if (x.blk == 0 && !send_pub_ll(x, op, k)) break;
+      continue;
+    }
     if (threadIdx.x == 0) {
       s_go = wait_ge(x, &c.mine->pub_posted.v, k);
       s_ok = 0;
@@ -176,30 +223,140 @@ __device__ void send_pub(const Ctx& x) {
   channel_exit(x, [&] { c.mine->pub_sent.v = base + c.nops; });
 }
 
-// Published form, receiver: flags only (one block; thread 0).
+// Published form, receiver (one block). Thread 0 posts recv k, then waits for whichever way the
+// sender's message k comes: pub_ready >= k (direct copy, ReadyDesc tells how it went) or the LL
+// header in ring slot k % kLLSlots (the sender chooses by its length, so a length mismatch across
+// the kLLMax boundary is still seen as a mismatch, never a hang). Returns 1 direct, 2 LL, 0 failed.
+__device__ int wait_ready_or_ll(const Ctx& x, uint64_t k, const char* slot, uint32_t* hdr) {
+  const uint32_t f = ll_flag(k);
+  const uint64_t* ready = &x.c->mine->pub_ready.v;
+  uint64_t t0 = 0;
+  for (uint32_t n = 0;; ++n) {
+    if (load_volatile(ready) >= k) return 1;
+    uint32_t a, fa, b, fb, c2, fc, d, fd;
+    load_volatile_16(slot, a, fa, b, fb);
+    if (fa == f && fb == f) {
+      load_volatile_16(slot + 16, c2, fc, d, fd);
+      if (fc == f && fd == f) {
+        hdr[0] = a;   // buf_id
+        hdr[1] = b;   // len (<= kLLMax)
+        hdr[2] = c2;  // offset, low and high halves
+        hdr[3] = d;
+        return 2;
+      }
+    }
+    if (n == 0) t0 = now_ns();
+    if ((n & 127) == 127) {
+      if (load_volatile(x.abort)) {
+        record_error(x, kErrAborted);
+        return 0;
+      }
+      if (now_ns() - t0 > x.L->timeout_ns) {
+        record_error(x, kErrTimeout);
+        abort_pair(x);
+        return 0;
+      }
+    }
+  }
+}
+
+// All threads: waits for lines [2, 2 + ceil(len / 8)) of an LL slot, copies their bytes to dst
+// (nullptr: a mismatch, nothing written) and zeroes every line of the message, header included.
+// False when a wait ran out (recorded; the pair aborts).
+__device__ bool recv_pub_ll(const Ctx& x, uint64_t k, char* slot, uint64_t len, char* dst) {
+  __shared__ int s_fail;
+  if (threadIdx.x == 0) s_fail = 0;
+  __syncthreads();
+  const uint32_t f = ll_flag(k);
+  const uint64_t lines = (len + 7) / 8;
+  const bool aligned = (reinterpret_cast<uintptr_t>(dst) & 7) == 0;
+  for (uint64_t i = threadIdx.x; i < lines; i += blockDim.x) {
+    char* line = slot + 32 + 16 * i;
+    uint32_t lo, flo, hi, fhi;
+    uint64_t t0 = 0;
+    for (uint32_t n = 0;; ++n) {
+      load_volatile_16(line, lo, flo, hi, fhi);
+      if (flo == f && fhi == f) break;
+      if (n == 0) t0 = now_ns();
+      if ((n & 1023) == 1023) {
+        if (load_volatile(x.abort) || *reinterpret_cast<volatile int*>(&s_fail)) {
+          s_fail = 1;
+          break;
+        }
+        if (now_ns() - t0 > x.L->timeout_ns) {
+          record_error(x, kErrTimeout);
+          abort_pair(x);
+          s_fail = 1;
+          break;
+        }
+      }
+    }
+    if (*reinterpret_cast<volatile int*>(&s_fail)) break;
+    const uint64_t v = (uint64_t(hi) << 32) | lo;
+    if (dst) {
+      if (aligned && 8 * i + 8 <= len) {
+        *reinterpret_cast<uint64_t*>(dst + 8 * i) = v;
+      } else {
+        for (uint64_t b = 8 * i; b < len && b < 8 * i + 8; ++b) dst[b] = char(uint8_t(v >> (8 * (b - 8 * i))));
+      }
+    }
+    store_volatile_16(line, 0, 0, 0, 0);
+  }
+  if (threadIdx.x == 0) {
+    store_volatile_16(slot, 0, 0, 0, 0);
+    store_volatile_16(slot + 16, 0, 0, 0, 0);
+  }
+  __syncthreads();  // every line read and zeroed before thread 0 posts the next recv (the credit)
+  return s_fail == 0;
+}
+
 __device__ void recv_pub(const Ctx& x) {
   const DevChannel& c = *x.c;
+  __shared__ int s_path;
+  __shared__ uint32_t s_hdr[4];
   const uint64_t base = load_volatile(&c.mine->pub_recvd.v);
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < c.nops; ++i) {
-      const DevOp& op = x.L->ops[c.first_op + i];
-      const uint64_t k = base + i + 1;
+  for (int i = 0; i < c.nops; ++i) {
+    const DevOp& op = x.L->ops[c.first_op + i];
+    const uint64_t k = base + i + 1;
+    char* slot = ll_slot(c.mine, k);
+    if (threadIdx.x == 0) {
       volatile PostDesc& p = c.remote->post[k % kDescRing];
       p.seq = k;
       p.offset = op.offset;
       p.len = op.len;
       p.buf_id = op.buf_id;
       store_release_system(&c.remote->pub_posted.v, k);
-      if (!wait_ge(x, &c.mine->pub_ready.v, k)) break;
-      fence_acq_rel_system();  // the sender's bytes in our buffer are visible to this stream's next kernels
-      const volatile ReadyDesc& d = c.mine->ready[k % kDescRing];
-      if (d.seq != k) {
-        record_error(x, kErrProtocol);
-        abort_pair(x);
+      s_path = wait_ready_or_ll(x, k, slot, s_hdr);
+      if (s_path == 1) {
+        fence_acq_rel_system();  // the sender's bytes in our buffer are visible to this stream's next kernels
+        const volatile ReadyDesc& d = c.mine->ready[k % kDescRing];
+        if (d.seq != k) {
+          record_error(x, kErrProtocol);
+          abort_pair(x);
+          s_path = 0;
+        } else if (d.status != kStatusOk) {
+          record_error(x, kErrMismatch);
+        }
+      }
+    }
+    __syncthreads();
+    const int path = s_path;
+    if (path == 0) break;
+    if (path == 2) {
+      const uint64_t hoff = (uint64_t(s_hdr[3]) << 32) | s_hdr[2];
+      const uint64_t hlen = s_hdr[1];
+      if (hlen > kLLMax) {  // a header no sender of this build writes
+        if (threadIdx.x == 0) {
+          record_error(x, kErrProtocol);
+          abort_pair(x);
+        }
         break;
       }
-      if (d.status != kStatusOk) record_error(x, kErrMismatch);
+      const bool ok = s_hdr[0] == op.buf_id && hlen == op.len && hoff == op.offset;
+      if (!ok && threadIdx.x == 0) record_error(x, kErrMismatch);  // drained below, nothing written
+      if (!recv_pub_ll(x, k, slot, hlen, ok ? op.dst : nullptr)) break;
     }
+    __syncthreads();  // s_path / s_hdr are rewritten for the next message
   }
   channel_exit(x, [&] { c.mine->pub_recvd.v = base + c.nops; });
 }
@@ -236,7 +393,7 @@ __device__ void send_raw(const Ctx& x) {
       }
       const uint64_t off = j * chunk;
       const uint64_t len = op.len - off < chunk ? op.len - off : chunk;
-      char* stage = reinterpret_cast<char*>(c.remote) + kFlagsBytes + slot * chunk;
+      char* stage = reinterpret_cast<char*>(c.remote) + kStagingOff + slot * chunk;
       if (op.len) part_copy(stage, op.src + off, len, false, 0, 1);
       __syncthreads();
       if (threadIdx.x == 0) {
@@ -301,7 +458,7 @@ __device__ void recv_raw(const Ctx& x) {
         failed = true;
         break;
       }
-      const char* stage = reinterpret_cast<const char*>(c.mine) + kFlagsBytes + slot * chunk;
+      const char* stage = reinterpret_cast<const char*>(c.mine) + kStagingOff + slot * chunk;
       if (op.len) part_copy(op.dst + off, stage, len, true, 0, 1);
       __syncthreads();
       if (threadIdx.x == 0) store_release_system(&c.remote->raw_slot_consumed[slot].v, g + 1);  // our reads first

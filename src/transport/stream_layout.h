@@ -99,10 +99,32 @@ struct PairSection {
   uint64_t pub_arrive[kDescRing];
 };
 
+// GPU published form, small messages (len <= kLLMax): LL lines instead of a copy plus a release
+// flag. Each 16-byte line is {data[0..3], f, data[4..7], f} with f = ll_flag(k) for message k, two
+// 8-byte halves each written and read as a unit (gpu/device.h store_volatile_16), so the receiver
+// knows a line landed when both flags match: no fence on the sender, no separate flag, one NVLink
+// crossing. The sender writes into the receiver's ring slot k % kLLSlots (lines 0-1: header
+// {buf_id, len, offset}; then the data) without waiting for the posted recv; the receiver checks the
+// header against its recv (mismatch: nothing written), copies the data into its buffer and zeroes
+// the lines, so a stale line always reads 0 and no flag value ever repeats in place (flags are never
+// 0). Credit: the receiver posts recv k + 1 only after it emptied slot k, so the sender of k may use
+// slot k % kLLSlots once pub_posted >= k + 1 - kLLSlots.
+// Why 8 KB: the sender is one block writing 1024 lines (2 per thread, one pass); beyond that the
+// multi-block direct copy plus one flag (~one extra NVLink round trip, ~1.5 us) is cheaper than
+// LL's doubled bytes written by a single block.
+constexpr size_t kLLMax = 8 << 10;
+constexpr size_t kLLSlots = 8;
+constexpr size_t kLLLines = 2 + kLLMax / 8;
+constexpr size_t kLLSlotBytes = kLLLines * 16;
+// (ll_flag(k) = k mod (2^32 - 1) + 1: stream_kernels.cu.)
+
 constexpr size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t flags_bytes() { return round_up(sizeof(PairSection), 4096); }
-constexpr size_t section_bytes(size_t slots, size_t chunk) { return flags_bytes() + slots * chunk; }
+constexpr size_t ll_bytes() { return round_up(kLLSlots * kLLSlotBytes, 4096); }
+// Section: flags | LL ring (GPU published form) | NCCL-form staging slots.
+constexpr size_t staging_offset() { return flags_bytes() + ll_bytes(); }
+constexpr size_t section_bytes(size_t slots, size_t chunk) { return staging_offset() + slots * chunk; }
 constexpr size_t area_bytes(int world, size_t slots, size_t chunk) {
   return kHeaderBytes + size_t(world) * section_bytes(slots, chunk);
 }
@@ -111,7 +133,7 @@ inline PairSection* section(void* area, int q, size_t sec_bytes) {
   return reinterpret_cast<PairSection*>(static_cast<char*>(area) + kHeaderBytes + size_t(q) * sec_bytes);
 }
 inline char* staging(PairSection* s, size_t slot, size_t chunk) {
-  return reinterpret_cast<char*>(s) + flags_bytes() + slot * chunk;
+  return reinterpret_cast<char*>(s) + staging_offset() + slot * chunk;
 }
 
 }  // namespace peerlink::stream

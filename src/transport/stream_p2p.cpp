@@ -191,7 +191,8 @@ void StreamEngine::recv_pub(int peer, uint32_t buf_id, size_t offset, size_t len
                               kReservedBufBase, " belong to the library)"));
   if (offset > SIZE_MAX - len)
     throw InvalidArgument(cat("recv from rank ", peer, ": offset ", offset, " + len ", len, " overflows"));
-  uint64_t pub_len = impl_.local_published_len(peer, buf_id);
+  char* pub_ptr = nullptr;
+  uint64_t pub_len = impl_.local_published_len(peer, buf_id, &pub_ptr);
   if (pub_len == 0)
     throw InvalidArgument(cat("recv from rank ", peer, ": unknown buffer id ", buf_id,
                               " (publish it to that peer with notify_ipc_buffer first)"));
@@ -203,6 +204,7 @@ void StreamEngine::recv_pub(int peer, uint32_t buf_id, size_t offset, size_t len
   StreamOp op;
   op.kind = StreamOpKind::RecvPub;
   op.peer = peer;
+  op.dst = pub_ptr ? pub_ptr + offset : nullptr;  // GPU: small messages arrive as LL lines, copied here
   op.len = len;
   op.buf_id = buf_id;
   op.offset = offset;

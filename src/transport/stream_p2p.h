@@ -8,6 +8,11 @@
 //                   len): equal -> copy into the published buffer; else write nothing. Then write
 //                   ReadyDesc k (status) into the receiver's area and release-store pub_ready = k;
 //                   recv k completes when pub_ready >= k (mismatch -> InvalidArgument on both sides).
+//                   GPUs, len <= stream::kLLMax (8 KB): the sender does not wait for the post; it
+//                   writes header + data as LL lines into the receiver's ring slot k % kLLSlots
+//                   (credit: pub_posted >= k + 1 - kLLSlots); the receiver, which still posts k and
+//                   waits for pub_ready or the LL header, whichever comes, checks the header against
+//                   its recv and copies the data into its buffer (stream_layout.h).
 //   NCCL form       chunks (Options-independent geometry, AreaHeader) through the receiver-owned
 //                   staging slots of the pair: chunk g waits raw_consumed >= g + 1 - slots, copies,
 //                   writes ChunkHdr, release-stores raw_ready = g + 1; the receiver copies chunk g out
@@ -60,7 +65,8 @@ struct StreamOp {
   StreamOpKind kind = StreamOpKind::SendPub;
   int peer = -1;
   const char* src = nullptr;  // sends
-  char* dst = nullptr;        // SendPub: mapped destination in the published buffer; RecvRaw: user buffer
+  char* dst = nullptr;        // SendPub: mapped destination in the published buffer; RecvRaw: user buffer;
+                              // RecvPub: this rank's published buffer at offset (LL copy-out)
   size_t len = 0;
   uint32_t buf_id = 0;        // published form
   size_t offset = 0;
