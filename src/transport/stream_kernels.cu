@@ -72,7 +72,15 @@ __device__ bool wait_ge(const Ctx& x, const uint64_t* f, uint64_t target) {
 
 __device__ __forceinline__ uint4 load16(const uint4* p, bool fresh) {
 #if defined(PEERLINK_HIP)
-  return fresh ? *reinterpret_cast<const volatile uint4*>(p) : *p;
+  if (!fresh) return *p;
+  uint64_t lo, hi;
+  gpu::dev::load_l2_16(p, lo, hi);  // two volatile 8-byte loads on HIP
+  uint4 v;
+  v.x = uint32_t(lo);
+  v.y = uint32_t(lo >> 32);
+  v.z = uint32_t(hi);
+  v.w = uint32_t(hi >> 32);
+  return v;
 #else
   return fresh ? __ldcg(p) : *p;
 #endif
