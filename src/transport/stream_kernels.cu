@@ -26,7 +26,8 @@ __device__ __forceinline__ uint64_t load_volatile(const uint64_t* p) { return *r
 
 constexpr int kThreads = kStreamThreads;
 constexpr uint64_t kFlagsBytes = flags_bytes();     // constants, usable in device code
-constexpr uint64_t kStagingOff = staging_offset();
+constexpr uint64_t kStagingOff = staging_offset(true);
+constexpr uint64_t kRawLLOff = raw_ll_offset();
 
 struct Ctx {
   const StreamLaunch* L;
@@ -133,6 +134,44 @@ __device__ __forceinline__ uint32_t ll_flag(uint64_t k) { return uint32_t(k % 0x
 __device__ __forceinline__ char* ll_slot(PairSection* s, uint64_t k) {
   return reinterpret_cast<char*>(s) + kFlagsBytes + (k % kLLSlots) * kLLSlotBytes;
 }
+// NCCL form: the LL area of staging slot `slot`.
+__device__ __forceinline__ char* raw_ll(PairSection* s, uint64_t slot) {
+  return reinterpret_cast<char*>(s) + kRawLLOff + slot * kLLSlotBytes;
+}
+
+// All threads of the block: header lines {h0, f, len, f} {h1, f, h2, f}, then src's bytes as LL lines
+// {lo, f, hi, f} (len <= kLLMax). Plain volatile stores into the peer's memory: no fence, no flag.
+__device__ void ll_write(char* slot, const char* src, uint64_t len, uint32_t f, uint32_t h0, uint32_t h1, uint32_t h2) {
+  if (threadIdx.x == 0) {
+    store_volatile_16(slot, h0, f, uint32_t(len), f);
+    store_volatile_16(slot + 16, h1, f, h2, f);
+  }
+  const uint64_t lines = (len + 7) / 8;
+  const bool aligned = (reinterpret_cast<uintptr_t>(src) & 7) == 0;
+  for (uint64_t i = threadIdx.x; i < lines; i += blockDim.x) {
+    uint64_t v = 0;
+    if (aligned && 8 * i + 8 <= len) {
+      v = *reinterpret_cast<const uint64_t*>(src + 8 * i);
+    } else {
+      for (uint64_t b = 8 * i; b < len && b < 8 * i + 8; ++b) v |= uint64_t(uint8_t(src[b])) << (8 * (b - 8 * i));
+    }
+    store_volatile_16(slot + 32 + 16 * i, uint32_t(v), f, uint32_t(v >> 32), f);
+  }
+}
+
+// Thread 0: both header lines of an LL slot carry flag f. hdr = {h0, len, h1, h2}.
+__device__ __forceinline__ bool ll_header(const char* slot, uint32_t f, uint32_t* hdr) {
+  uint32_t a, fa, b, fb, c2, fc, d, fd;
+  load_volatile_16(slot, a, fa, b, fb);
+  if (fa != f || fb != f) return false;
+  load_volatile_16(slot + 16, c2, fc, d, fd);
+  if (fc != f || fd != f) return false;
+  hdr[0] = a;
+  hdr[1] = b;
+  hdr[2] = c2;
+  hdr[3] = d;
+  return true;
+}
 
 // Published form, len <= kLLMax (stream_layout.h): block 0 of the channel writes header and data
 // as LL lines into the receiver's ring slot; no fence, no flag, no wait for the posted recv except
@@ -146,23 +185,8 @@ __device__ bool send_pub_ll(const Ctx& x, const DevOp& op, uint64_t k) {
   }
   __syncthreads();
   if (!s_go) return false;
-  const uint32_t f = ll_flag(k);
-  char* slot = ll_slot(c.remote, k);
-  if (threadIdx.x == 0) {
-    store_volatile_16(slot, op.buf_id, f, uint32_t(op.len), f);
-    store_volatile_16(slot + 16, uint32_t(op.offset), f, uint32_t(op.offset >> 32), f);
-  }
-  const uint64_t lines = (op.len + 7) / 8;
-  const bool aligned = (reinterpret_cast<uintptr_t>(op.src) & 7) == 0;
-  for (uint64_t i = threadIdx.x; i < lines; i += blockDim.x) {
-    uint64_t v = 0;
-    if (aligned && 8 * i + 8 <= op.len) {
-      v = *reinterpret_cast<const uint64_t*>(op.src + 8 * i);
-    } else {
-      for (uint64_t b = 8 * i; b < op.len && b < 8 * i + 8; ++b) v |= uint64_t(uint8_t(op.src[b])) << (8 * (b - 8 * i));
-    }
-    store_volatile_16(slot + 32 + 16 * i, uint32_t(v), f, uint32_t(v >> 32), f);
-  }
+  ll_write(ll_slot(c.remote, k), op.src, op.len, ll_flag(k), op.buf_id, uint32_t(op.offset),
+           uint32_t(op.offset >> 32));
   __syncthreads();  // s_go is read by every thread before thread 0 rewrites it for the next message
   return true;
 }
@@ -235,24 +259,13 @@ __device__ void send_pub(const Ctx& x) {
 // sender's message k comes: pub_ready >= k (direct copy, ReadyDesc tells how it went) or the LL
 // header in ring slot k % kLLSlots (the sender chooses by its length, so a length mismatch across
 // the kLLMax boundary is still seen as a mismatch, never a hang). Returns 1 direct, 2 LL, 0 failed.
-__device__ int wait_ready_or_ll(const Ctx& x, uint64_t k, const char* slot, uint32_t* hdr) {
+// (Also the NCCL form's wait for chunk g: ready = raw_slot_ready[slot], k = g + 1.)
+__device__ int wait_ready_or_ll(const Ctx& x, const uint64_t* ready, uint64_t k, const char* slot, uint32_t* hdr) {
   const uint32_t f = ll_flag(k);
-  const uint64_t* ready = &x.c->mine->pub_ready.v;
   uint64_t t0 = 0;
   for (uint32_t n = 0;; ++n) {
     if (load_volatile(ready) >= k) return 1;
-    uint32_t a, fa, b, fb, c2, fc, d, fd;
-    load_volatile_16(slot, a, fa, b, fb);
-    if (fa == f && fb == f) {
-      load_volatile_16(slot + 16, c2, fc, d, fd);
-      if (fc == f && fd == f) {
-        hdr[0] = a;   // buf_id
-        hdr[1] = b;   // len (<= kLLMax)
-        hdr[2] = c2;  // offset, low and high halves
-        hdr[3] = d;
-        return 2;
-      }
-    }
+    if (ll_header(slot, f, hdr)) return 2;  // {buf_id, len, offset low, offset high}
     if (n == 0) t0 = now_ns();
     if ((n & 127) == 127) {
       if (load_volatile(x.abort)) {
@@ -271,7 +284,7 @@ __device__ int wait_ready_or_ll(const Ctx& x, uint64_t k, const char* slot, uint
 // All threads: waits for lines [2, 2 + ceil(len / 8)) of an LL slot, copies their bytes to dst
 // (nullptr: a mismatch, nothing written) and zeroes every line of the message, header included.
 // False when a wait ran out (recorded; the pair aborts).
-__device__ bool recv_pub_ll(const Ctx& x, uint64_t k, char* slot, uint64_t len, char* dst) {
+__device__ bool ll_read(const Ctx& x, uint64_t k, char* slot, uint64_t len, char* dst) {
   __shared__ int s_fail;
   if (threadIdx.x == 0) s_fail = 0;
   __syncthreads();
@@ -334,7 +347,7 @@ __device__ void recv_pub(const Ctx& x) {
       p.len = op.len;
       p.buf_id = op.buf_id;
       store_release_system(&c.remote->pub_posted.v, k);
-      s_path = wait_ready_or_ll(x, k, slot, s_hdr);
+      s_path = wait_ready_or_ll(x, &c.mine->pub_ready.v, k, slot, s_hdr);
       if (s_path == 1) {
         fence_acq_rel_system();  // the sender's bytes in our buffer are visible to this stream's next kernels
         const volatile ReadyDesc& d = c.mine->ready[k % kDescRing];
@@ -362,7 +375,7 @@ __device__ void recv_pub(const Ctx& x) {
       }
       const bool ok = s_hdr[0] == op.buf_id && hlen == op.len && hoff == op.offset;
       if (!ok && threadIdx.x == 0) record_error(x, kErrMismatch);  // drained below, nothing written
-      if (!recv_pub_ll(x, k, slot, hlen, ok ? op.dst : nullptr)) break;
+      if (!ll_read(x, k, slot, hlen, ok ? op.dst : nullptr)) break;
     }
     __syncthreads();  // s_path / s_hdr are rewritten for the next message
   }
@@ -399,6 +412,13 @@ __device__ void send_raw(const Ctx& x) {
         failed = true;
         break;
       }
+      if (op.len <= kLLMax) {
+        // One chunk, as LL lines into the slot's LL area (stream_layout.h): no fence, no flag.
+        const uint64_t m = msg0 + i + 1;
+        ll_write(raw_ll(c.remote, slot), op.src, op.len, ll_flag(g + 1), uint32_t(m), uint32_t(m >> 32), 0);
+        __syncthreads();  // s_go is read by every thread before thread 0 rewrites it
+        continue;
+      }
       const uint64_t off = j * chunk;
       const uint64_t len = op.len - off < chunk ? op.len - off : chunk;
       char* stage = reinterpret_cast<char*>(c.remote) + kStagingOff + slot * chunk;
@@ -431,7 +451,8 @@ __device__ void send_raw(const Ctx& x) {
 __device__ void recv_raw(const Ctx& x) {
   const DevChannel& c = *x.c;
   const uint64_t chunk = x.L->chunk, slots = x.L->slots;
-  __shared__ int s_go;
+  __shared__ int s_go;  // 0 failed, 1 staged chunk, 2 LL lines
+  __shared__ uint32_t s_hdr[4];
   const uint64_t msg0 = load_volatile(&c.mine->raw_recvd_msgs.v);
   const uint64_t g0 = load_volatile(&c.mine->raw_recvd_chunks.v);
   uint64_t t0 = 0;
@@ -445,8 +466,20 @@ __device__ void recv_raw(const Ctx& x) {
       const uint64_t slot = g % slots, off = j * chunk;
       const uint64_t len = op.len - off < chunk ? op.len - off : chunk;
       if (threadIdx.x == 0) {
-        s_go = wait_ge(x, &c.mine->raw_slot_ready[slot].v, g + 1);
-        if (s_go) {
+        s_go = wait_ready_or_ll(x, &c.mine->raw_slot_ready[slot].v, g + 1, raw_ll(c.mine, slot), s_hdr);
+        if (s_go == 2) {
+          // LL: {msg low, len, msg high, 0}; only whole messages of <= kLLMax bytes come this way.
+          const uint64_t hm = (uint64_t(s_hdr[2]) << 32) | s_hdr[0];
+          if (hm == msg0 + i + 1 && s_hdr[1] != op.len) {
+            record_error(x, kErrRawLength);
+            abort_pair(x);
+            s_go = 0;
+          } else if (hm != msg0 + i + 1 || s_hdr[3] != 0 || j != 0) {
+            record_error(x, kErrProtocol);
+            abort_pair(x);
+            s_go = 0;
+          }
+        } else if (s_go == 1) {
           fence_acq_rel_system();
           const volatile ChunkHdr& h = c.mine->hdr[slot];
           uint64_t hm = h.msg, hl = h.msg_len, ho = h.chunk_off, hc = h.chunk_len;
@@ -462,13 +495,21 @@ __device__ void recv_raw(const Ctx& x) {
         }
       }
       __syncthreads();
-      if (!s_go) {
+      const int path = s_go;
+      if (!path) {
         failed = true;
         break;
       }
-      const char* stage = reinterpret_cast<const char*>(c.mine) + kStagingOff + slot * chunk;
-      if (op.len) part_copy(op.dst + off, stage, len, true, 0, 1);
-      __syncthreads();
+      if (path == 2) {
+        if (!ll_read(x, g + 1, raw_ll(c.mine, slot), op.len, op.dst)) {  // ends with __syncthreads
+          failed = true;
+          break;
+        }
+      } else {
+        const char* stage = reinterpret_cast<const char*>(c.mine) + kStagingOff + slot * chunk;
+        if (op.len) part_copy(op.dst + off, stage, len, true, 0, 1);
+        __syncthreads();
+      }
       if (threadIdx.x == 0) store_release_system(&c.remote->raw_slot_consumed[slot].v, g + 1);  // our reads first
     }
     t0 += n;

@@ -121,19 +121,25 @@ constexpr size_t kLLSlotBytes = kLLLines * 16;
 constexpr size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t flags_bytes() { return round_up(sizeof(PairSection), 4096); }
-constexpr size_t ll_bytes() { return round_up(kLLSlots * kLLSlotBytes, 4096); }
-// Section: flags | LL ring (GPU published form) | NCCL-form staging slots.
-constexpr size_t staging_offset() { return flags_bytes() + ll_bytes(); }
-constexpr size_t section_bytes(size_t slots, size_t chunk) { return staging_offset() + slots * chunk; }
-constexpr size_t area_bytes(int world, size_t slots, size_t chunk) {
-  return kHeaderBytes + size_t(world) * section_bytes(slots, chunk);
+// GPU sections: flags | published-form LL ring (kLLSlots) | NCCL-form LL areas (one per staging
+// slot: a message of <= kLLMax bytes is one chunk, sent as LL lines into the LL area of its slot
+// instead of staged data plus a flag; same slot credit; an area only ever holds LL lines or zeros,
+// never staged user bytes that could look like a valid line) | staging slots. Host sections have
+// no LL regions (the host backend copies with memcpy and flags).
+constexpr size_t ll_bytes() { return round_up(kLLSlots * kLLSlotBytes + kMaxSlots * kLLSlotBytes, 4096); }
+constexpr size_t raw_ll_offset() { return flags_bytes() + kLLSlots * kLLSlotBytes; }
+constexpr size_t staging_offset(bool gpu) { return flags_bytes() + (gpu ? ll_bytes() : 0); }
+constexpr size_t section_bytes(size_t slots, size_t chunk, bool gpu) { return staging_offset(gpu) + slots * chunk; }
+constexpr size_t area_bytes(int world, size_t slots, size_t chunk, bool gpu) {
+  return kHeaderBytes + size_t(world) * section_bytes(slots, chunk, gpu);
 }
 
 inline PairSection* section(void* area, int q, size_t sec_bytes) {
   return reinterpret_cast<PairSection*>(static_cast<char*>(area) + kHeaderBytes + size_t(q) * sec_bytes);
 }
+// Host backend only (GPU kernels place staging after the LL regions: staging_offset(true)).
 inline char* staging(PairSection* s, size_t slot, size_t chunk) {
-  return reinterpret_cast<char*>(s) + staging_offset() + slot * chunk;
+  return reinterpret_cast<char*>(s) + staging_offset(false) + slot * chunk;
 }
 
 }  // namespace peerlink::stream

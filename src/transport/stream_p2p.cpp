@@ -50,8 +50,8 @@ StreamEngine::StreamEngine(CommImpl& impl) : impl_(impl) {
   slots_ = host_ ? kHostSlots : kGpuSlots;
   chunk_ = host_ ? kHostChunk : kGpuChunk;
   static_assert(kHostSlots <= size_t(kMaxSlots) && kGpuSlots <= size_t(kMaxSlots), "slots");
-  sec_bytes_ = section_bytes(slots_, chunk_);
-  area_len_ = area_bytes(world_, slots_, chunk_);
+  sec_bytes_ = section_bytes(slots_, chunk_, !host_);
+  area_len_ = area_bytes(world_, slots_, chunk_, !host_);
   remote_.assign(world_, nullptr);
   remote_hold_.resize(world_);
   pub_completed_.assign(world_, 0);

@@ -19,7 +19,9 @@
 //                   and release-stores raw_consumed = g + 1. A zero-byte message is one empty chunk.
 //                   (GPUs: the same with one ready / consumed flag per slot, raw_slot_ready[g % slots]
 //                   = g + 1, because several blocks move different chunks at once: stream_kernels.cu.
-//                   A length mismatch stops the pair there instead of draining.)
+//                   A length mismatch stops the pair there instead of draining. A message of at most
+//                   stream::kLLMax bytes is one chunk sent as LL lines into its slot's LL area: no
+//                   fence, no ready flag; the receiver waits for the flag or the lines, whichever.)
 // The two forms are separate FIFO channels (a published-form send is matched only by a
 // published-form recv), and both are separate from the host-driven isend/irecv channel: mixing
 // them on one pair is allowed and each channel keeps its own order. (They share no counters, so
