@@ -100,6 +100,14 @@ struct Options {
   std::string broadcast_algo;       // PEERLINK_BROADCAST_ALGO
   std::string reduce_algo;          // PEERLINK_REDUCE_ALGO
   std::string all_to_all_algo;      // PEERLINK_ALL_TO_ALL_ALGO
+  // ---- stream-ordered send/recv on GPUs (transport/stream_*). Programmatic dependent launch of its
+  // kernels (PEERLINK_STREAM_PDL=0|1); -1 = on for compute capability >= 9.0, never below. A user
+  // kernel launched with PDL after a recv must call cudaGridDependencySynchronize() before reading
+  // the received bytes, as with the allreduce.
+  int stream_pdl = -1;
+  // Most blocks one stream send/recv channel uses (PEERLINK_STREAM_BLOCKS, [0, 1024]); 0 = the
+  // built-in default (64). The grid is capped at the multiprocessor count whatever the setting.
+  int stream_blocks = 0;
 
   // Interruption hook (not from the environment; empty = never called, the waits run as before).
   // Called from the calling thread at least every ~50 ms while one of these blocks: the

@@ -47,6 +47,8 @@ constexpr Range kThreads{"allreduce_threads", "PEERLINK_ALLREDUCE_THREADS", 0, 1
 constexpr Range kBlocks{"allreduce_blocks", "PEERLINK_ALLREDUCE_BLOCKS", 0, kMaxAllreduceBlocks};
 constexpr Range kLlMax{"allreduce_ll_max", "PEERLINK_ALLREDUCE_LL_MAX", 0, 1LL << 28};
 constexpr Range kPdl{"allreduce_pdl", "PEERLINK_ALLREDUCE_PDL", -1, 1};
+constexpr Range kStreamPdl{"stream_pdl", "PEERLINK_STREAM_PDL", -1, 1};
+constexpr Range kStreamBlocks{"stream_blocks", "PEERLINK_STREAM_BLOCKS", 0, 1024};
 
 long long parse_int(const Range& r, const char* v) {
   char* end = nullptr;
@@ -211,6 +213,8 @@ Options Options::from_env() {
     o.allreduce_oneshot_generic = parse_bool("PEERLINK_ALLREDUCE_ONESHOT_GENERIC", v);
   for (const auto& k : kCollAlgoKnobs)
     if (const char* v = env(k.var)) o.*k.field = lower(v);
+  if (const char* v = env(kStreamPdl.var)) o.stream_pdl = parse_bool(kStreamPdl.var, v) ? 1 : 0;
+  if (const char* v = env(kStreamBlocks.var)) o.stream_blocks = static_cast<int>(parse_int(kStreamBlocks, v));
   o.validate();
   return o;
 }
@@ -244,6 +248,8 @@ void Options::validate() const {
       throw InvalidArgument(cat(k.var, ": ", e.what()));
     }
   }
+  check(kStreamPdl, stream_pdl);
+  check(kStreamBlocks, stream_blocks);
 }
 
 }  // namespace peerlink

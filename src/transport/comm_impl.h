@@ -47,7 +47,7 @@ class CommImpl final : public CommServices {
   // this rank published to peer under buf_id (0: never published).
   void* map_published(int peer, uint32_t buf_id, uint64_t version, size_t offset, size_t len, const char* what,
                       std::shared_ptr<void>* hold);
-  uint64_t local_published_len(int peer, uint32_t buf_id);
+  uint64_t local_published_len(int peer, uint32_t buf_id, char** ptr = nullptr);  // *ptr: its base
 
   // ---- the public API (Communicator forwards here) -----------------------------------------
   void* alloc(size_t bytes);

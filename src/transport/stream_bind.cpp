@@ -27,12 +27,14 @@ Binding Transport::bind_published(int peer, uint32_t buf_id, uint64_t version, s
   return ipc_->bind(peer, pub);
 }
 
-uint64_t Transport::published_len(int peer, uint32_t buf_id) {
+uint64_t Transport::published_len(int peer, uint32_t buf_id, char** ptr) {
   Peer& P = *peers_[peer];
   std::lock_guard<std::mutex> g(P.pubs.mu);
   auto it = P.pubs.by_id.find(buf_id);
   // A revoked publication (its memory was freed) is no destination: as if never published.
-  return it == P.pubs.by_id.end() || it->second.revoked ? 0 : it->second.len;
+  if (it == P.pubs.by_id.end() || it->second.revoked) return 0;
+  if (ptr) *ptr = it->second.ptr;
+  return it->second.len;
 }
 
 void* CommImpl::map_published(int peer, uint32_t buf_id, uint64_t version, size_t offset, size_t len,
@@ -44,10 +46,10 @@ void* CommImpl::map_published(int peer, uint32_t buf_id, uint64_t version, size_
   return b.ptr + offset;
 }
 
-uint64_t CommImpl::local_published_len(int peer, uint32_t buf_id) {
+uint64_t CommImpl::local_published_len(int peer, uint32_t buf_id, char** ptr) {
   validate_peer(peer, "recv");
   check_open("recv");
-  return transport_->published_len(peer, buf_id);
+  return transport_->published_len(peer, buf_id, ptr);
 }
 
 }  // namespace peerlink::detail

@@ -33,6 +33,12 @@ void StreamEngine::check_device_error() {
   std::exception_ptr e;
   try {
     impl_.check_peer_alive(peer);  // PeerLostError when it died
+    if (code == kErrRawLength)
+      throw InvalidArgument(cat("recv from rank ", peer, " (stream-ordered, NCCL form): the matching send had a "
+                                "different length; the pair is stopped (as with mismatched ncclSend/ncclRecv)"));
+    if (code == kErrAborted)
+      throw Error(cat("stream-ordered send/recv with rank ", peer, ": the pair was stopped after a failure (the peer's "
+                      "or an earlier one on this rank: a timeout, a length mismatch or a protocol violation)"));
     if (code == kErrTimeout)
       throw TimeoutError(cat("stream-ordered send/recv with rank ", peer, ": a device-side wait made no progress within ",
                              impl_.options().timeout.count(), " ms (the peer stalled or never issued the matching call)"));
@@ -67,6 +73,56 @@ void StreamEngine::reap_inflight(bool wait_all) {
   }
 }
 
+// Blocks per channel, by what each has to move in this launch (known here: lengths are not baked
+// into any device state, so a replayed graph moves the same sizes with the same grid):
+//   published send   one block per kPubBytesPerBlock of its largest message (each message is split
+//                    across all of them), up to the channel cap;
+//   published recv   one block (flags only);
+//   NCCL form        one block per staging chunk of its messages, up to the cap (blocks take whole
+//                    chunks round robin; more than the chunk count would idle).
+// The grid stays within one block per multiprocessor (all resident: stream_launch.h): the largest
+// channels give blocks back until it fits. Recv channels come first in the grid (they post credits
+// and flags that the peer's sends wait for).
+void StreamEngine::assign_blocks(StreamLaunch& L) const {
+  std::vector<int> want(size_t(L.nch), 1);
+  const uint64_t cap = uint64_t(std::max(1, channel_blocks_));
+  for (int c = 0; c < L.nch; ++c) {
+    const DevChannel& ch = L.ch[c];
+    uint64_t w = 1;
+    if (ch.kind == int(StreamOpKind::SendPub)) {
+      uint64_t mx = 0;
+      for (int i = 0; i < ch.nops; ++i) mx = std::max<uint64_t>(mx, L.ops[ch.first_op + i].len);
+      w = (mx + kPubBytesPerBlock - 1) / kPubBytesPerBlock;
+    } else if (ch.kind != int(StreamOpKind::RecvPub)) {
+      w = 0;
+      for (int i = 0; i < ch.nops; ++i) {
+        const uint64_t len = L.ops[ch.first_op + i].len;
+        w += len ? (len + chunk_ - 1) / chunk_ : 1;
+      }
+    }
+    want[size_t(c)] = int(std::max<uint64_t>(1, std::min(w, cap)));
+  }
+  int total = 0;
+  for (int w : want) total += w;
+  const int budget = std::max(grid_cap_, L.nch);
+  while (total > budget) {
+    auto it = std::max_element(want.begin(), want.end());
+    --*it;
+    --total;
+  }
+  int next = 0;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int c = 0; c < L.nch; ++c) {
+      const bool recv = L.ch[c].kind == int(StreamOpKind::RecvPub) || L.ch[c].kind == int(StreamOpKind::RecvRaw);
+      if (recv != (pass == 0)) continue;
+      L.ch[c].first_block = int16_t(next);
+      L.ch[c].nblocks = int16_t(want[size_t(c)]);
+      next += want[size_t(c)];
+    }
+  L.nblocks = next;
+  L.pdl = pdl_ ? 1 : 0;
+}
+
 void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
   // Group by stream, keeping call order; validate every launch before enqueuing any, so a refused
   // group moves nothing.
@@ -96,9 +152,9 @@ void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
         throw UnsupportedError(cat("a group on one stream uses more than ", kMaxLaunchChannels,
                                    " (peer, direction, form) channels; split it across streams"));
       DevChannel& ch = L.ch[L.nch++];
-      ch.kind = int(head.kind);
-      ch.peer = head.peer;
-      ch.first_op = nops;
+      ch.kind = int16_t(head.kind);
+      ch.peer = int16_t(head.peer);
+      ch.first_op = int16_t(nops);
       ch.mine = this->mine(head.peer);
       ch.remote = remote_[head.peer];
       for (size_t j = i; j < mine.size(); ++j) {
@@ -117,6 +173,7 @@ void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
         if (op.hold) holds[s].push_back(op.hold);
       }
     }
+    assign_blocks(L);
   }
   // Finished launches let go of their mappings; never while capturing (no event queries inside a
   // capture: with the thread-local capture mode they would invalidate it).

@@ -1,5 +1,6 @@
 // Kernels of the stream-ordered engine (protocol: stream_p2p.h; launch layout: stream_launch.h).
-// One block per channel; thread 0 does the flag work, the whole block copies.
+// Several blocks per channel (stream_launch.h); in each, thread 0 does the flag work and the whole
+// block copies.
 // Memory ordering: a flag is published with a system-scope release store by thread 0 after a
 // __syncthreads that follows the block's data stores (cumulative through the barrier, as the
 // allreduce kernels do); a flag is observed by a relaxed volatile spin followed by
@@ -14,22 +15,39 @@ namespace peerlink::stream {
 namespace {
 
 using gpu::dev::fence_acq_rel_system;
+using gpu::dev::fence_system;
+using gpu::dev::load_volatile_16;
+using gpu::dev::store_volatile_16;
 using gpu::dev::now_ns;
+using gpu::dev::pdl_launch_dependents;
+using gpu::dev::pdl_wait;
 using gpu::dev::store_release_system;
 __device__ __forceinline__ uint64_t load_volatile(const uint64_t* p) { return *reinterpret_cast<const volatile uint64_t*>(p); }
 
-constexpr int kThreads = 512;
-constexpr uint64_t kFlagsBytes = flags_bytes();  // a constant, usable in device code
+constexpr int kThreads = kStreamThreads;
+constexpr uint64_t kFlagsBytes = flags_bytes();     // constants, usable in device code
+constexpr uint64_t kStagingOff = staging_offset(true);
+constexpr uint64_t kRawLLOff = raw_ll_offset();
 
 struct Ctx {
   const StreamLaunch* L;
   const DevChannel* c;
   uint64_t* abort;  // c->mine->error.v: set once the pair failed
+  int blk;          // this block's index among the channel's blocks
+  int nb;           // the channel's blocks
 };
 
 __device__ void record_error(const Ctx& x, uint32_t code) {
   volatile uint32_t* err = x.L->error;
   if (*err == 0) *err = code | (uint32_t(x.c->peer) << 8);
+  __threadfence_system();
+}
+
+// Stops the pair on both sides: our abort word, and the peer's for this pair (its kernels stop
+// waiting on us at once and report kErrAborted instead of running into their timeout).
+__device__ void abort_pair(const Ctx& x) {
+  *reinterpret_cast<volatile uint64_t*>(x.abort) = 1;
+  *reinterpret_cast<volatile uint64_t*>(&x.c->remote->error.v) = 1;
   __threadfence_system();
 }
 
@@ -40,45 +58,153 @@ __device__ bool wait_ge(const Ctx& x, const uint64_t* f, uint64_t target) {
   for (uint32_t n = 1;; ++n) {
     if (load_volatile(f) >= target) return true;
     if ((n & 127) == 0) {
-      if (load_volatile(x.abort)) return false;
+      if (load_volatile(x.abort)) {
+        record_error(x, kErrAborted);  // no-op when this side's failure is already recorded
+        return false;
+      }
       if (now_ns() - t0 > x.L->timeout_ns) {
         record_error(x, kErrTimeout);
-        *reinterpret_cast<volatile uint64_t*>(x.abort) = 1;
+        abort_pair(x);
         return false;
       }
     }
   }
 }
 
-// Block-wide copy of n bytes; `fresh`: src is rewritten by a peer (read through L2, not L1).
-__device__ void block_copy(char* dst, const char* src, uint64_t n, bool fresh) {
+__device__ __forceinline__ uint4 load16(const uint4* p, bool fresh) {
+#if defined(PEERLINK_HIP)
+  if (!fresh) return *p;
+  uint64_t lo, hi;
+  gpu::dev::load_l2_16(p, lo, hi);  // two volatile 8-byte loads on HIP
+  uint4 v;
+  v.x = uint32_t(lo);
+  v.y = uint32_t(lo >> 32);
+  v.z = uint32_t(hi);
+  v.w = uint32_t(hi >> 32);
+  return v;
+#else
+  return fresh ? __ldcg(p) : *p;
+#endif
+}
+
+// Copy of n bytes by blocks [part, part + parts) of a channel's blocks (each block takes every
+// parts-th 16-byte vector; parts = 1: the whole block copies everything). `fresh`: src is rewritten
+// by a peer (read through L2, not L1). Four independent 16-byte loads per thread are in flight
+// before their stores, so one block keeps ~32 KB of NVLink writes outstanding.
+__device__ void part_copy(char* dst, const char* src, uint64_t n, bool fresh, int part, int parts) {
   uint64_t head = 0;
+  const uint64_t stride = uint64_t(parts) * blockDim.x;
   if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0) {
     const uint64_t n16 = n / 16;
     const uint4* s = reinterpret_cast<const uint4*>(src);
     uint4* d = reinterpret_cast<uint4*>(dst);
-    for (uint64_t i = threadIdx.x; i < n16; i += blockDim.x) {
-#if defined(PEERLINK_HIP)
-      uint4 v = fresh ? *reinterpret_cast<const volatile uint4*>(s + i) : s[i];
-#else
-      uint4 v = fresh ? __ldcg(s + i) : s[i];
-#endif
-      d[i] = v;
+    uint64_t i = uint64_t(part) * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n16; i += 4 * stride) {
+      uint4 v0 = load16(s + i, fresh), v1 = load16(s + i + stride, fresh);
+      uint4 v2 = load16(s + i + 2 * stride, fresh), v3 = load16(s + i + 3 * stride, fresh);
+      d[i] = v0;
+      d[i + stride] = v1;
+      d[i + 2 * stride] = v2;
+      d[i + 3 * stride] = v3;
     }
+    for (; i < n16; i += stride) d[i] = load16(s + i, fresh);
     head = n16 * 16;
   }
-  for (uint64_t i = head + threadIdx.x; i < n; i += blockDim.x)
+  for (uint64_t i = head + uint64_t(part) * blockDim.x + threadIdx.x; i < n; i += stride)
     dst[i] = fresh ? *reinterpret_cast<const volatile char*>(src + i) : src[i];
 }
 
+// Every block of the channel calls this once when it leaves (after its __syncthreads); the last one
+// runs `last` (writes the channel's counters: every block has read them by then) and re-arms the
+// exit count for the next launch.
+template <typename Last>
+__device__ void channel_exit(const Ctx& x, Last&& last) {
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  uint64_t* e = &x.c->mine->exit[x.c->kind].v;
+  if (x.nb == 1 || atomicAdd(reinterpret_cast<unsigned long long*>(e), 1ull) == uint64_t(x.nb - 1)) {
+    last();
+    if (x.nb > 1) atomicExch(reinterpret_cast<unsigned long long*>(e), 0ull);
+  }
+}
+
+// The LL flag of published-form message k: never 0 (a zeroed line never matches).
+__device__ __forceinline__ uint32_t ll_flag(uint64_t k) { return uint32_t(k % 0xFFFFFFFFull) + 1; }
+
+__device__ __forceinline__ char* ll_slot(PairSection* s, uint64_t k) {
+  return reinterpret_cast<char*>(s) + kFlagsBytes + (k % kLLSlots) * kLLSlotBytes;
+}
+// NCCL form: the LL area of staging slot `slot`.
+__device__ __forceinline__ char* raw_ll(PairSection* s, uint64_t slot) {
+  return reinterpret_cast<char*>(s) + kRawLLOff + slot * kLLSlotBytes;
+}
+
+// All threads of the block: header lines {h0, f, len, f} {h1, f, h2, f}, then src's bytes as LL lines
+// {lo, f, hi, f} (len <= kLLMax). Plain volatile stores into the peer's memory: no fence, no flag.
+__device__ void ll_write(char* slot, const char* src, uint64_t len, uint32_t f, uint32_t h0, uint32_t h1, uint32_t h2) {
+  if (threadIdx.x == 0) {
+    store_volatile_16(slot, h0, f, uint32_t(len), f);
+    store_volatile_16(slot + 16, h1, f, h2, f);
+  }
+  const uint64_t lines = (len + 7) / 8;
+  const bool aligned = (reinterpret_cast<uintptr_t>(src) & 7) == 0;
+  for (uint64_t i = threadIdx.x; i < lines; i += blockDim.x) {
+    uint64_t v = 0;
+    if (aligned && 8 * i + 8 <= len) {
+      v = *reinterpret_cast<const uint64_t*>(src + 8 * i);
+    } else {
+      for (uint64_t b = 8 * i; b < len && b < 8 * i + 8; ++b) v |= uint64_t(uint8_t(src[b])) << (8 * (b - 8 * i));
+    }
+    store_volatile_16(slot + 32 + 16 * i, uint32_t(v), f, uint32_t(v >> 32), f);
+  }
+}
+
+// Thread 0: both header lines of an LL slot carry flag f. hdr = {h0, len, h1, h2}.
+__device__ __forceinline__ bool ll_header(const char* slot, uint32_t f, uint32_t* hdr) {
+  uint32_t a, fa, b, fb, c2, fc, d, fd;
+  load_volatile_16(slot, a, fa, b, fb);
+  if (fa != f || fb != f) return false;
+  load_volatile_16(slot + 16, c2, fc, d, fd);
+  if (fc != f || fd != f) return false;
+  hdr[0] = a;
+  hdr[1] = b;
+  hdr[2] = c2;
+  hdr[3] = d;
+  return true;
+}
+
+// Published form, len <= kLLMax (stream_layout.h): block 0 of the channel writes header and data
+// as LL lines into the receiver's ring slot; no fence, no flag, no wait for the posted recv except
+// the ring credit (almost always there already). False when the credit wait failed.
+__device__ bool send_pub_ll(const Ctx& x, const DevOp& op, uint64_t k) {
+  const DevChannel& c = *x.c;
+  __shared__ int s_go;
+  if (threadIdx.x == 0) {
+    s_go = k + 1 <= kLLSlots || wait_ge(x, &c.mine->pub_posted.v, k + 1 - kLLSlots);
+    if (s_go) fence_acq_rel_system();  // the receiver emptied the slot (zeroed its lines) before
+  }
+  __syncthreads();
+  if (!s_go) return false;
+  ll_write(ll_slot(c.remote, k), op.src, op.len, ll_flag(k), op.buf_id, uint32_t(op.offset),
+           uint32_t(op.offset >> 32));
+  __syncthreads();  // s_go is read by every thread before thread 0 rewrites it for the next message
+  return true;
+}
+
+// Published form: every block of the channel waits for the posted recv (a local spin), checks the
+// descriptor, copies its share straight into the receiver's buffer; the last block to finish
+// message k (pub_arrive) writes the ReadyDesc and release-stores pub_ready = k.
 __device__ void send_pub(const Ctx& x) {
   const DevChannel& c = *x.c;
   __shared__ int s_go, s_ok;
-  uint64_t base = load_volatile(&c.mine->pub_sent.v);
-  int i = 0;
-  for (; i < c.nops; ++i) {
+  const uint64_t base = load_volatile(&c.mine->pub_sent.v);
+  for (int i = 0; i < c.nops; ++i) {
     const DevOp& op = x.L->ops[c.first_op + i];
     const uint64_t k = base + i + 1;
+    if (op.len <= kLLMax) {  // small: LL lines by block 0; the other blocks have nothing to do for it
+      if (x.blk == 0 && !send_pub_ll(x, op, k)) break;
+      continue;
+    }
     if (threadIdx.x == 0) {
       s_go = wait_ge(x, &c.mine->pub_posted.v, k);
       s_ok = 0;
@@ -87,7 +213,7 @@ __device__ void send_pub(const Ctx& x) {
         const volatile PostDesc& p = c.mine->post[k % kDescRing];
         if (p.seq != k) {
           record_error(x, kErrProtocol);
-          *reinterpret_cast<volatile uint64_t*>(x.abort) = 1;
+          abort_pair(x);
           s_go = 0;
         } else {
           s_ok = p.buf_id == op.buf_id && p.offset == op.offset && p.len == op.len;
@@ -96,64 +222,189 @@ __device__ void send_pub(const Ctx& x) {
     }
     __syncthreads();
     if (!s_go) break;
-    if (s_ok) block_copy(op.dst, op.src, op.len, false);  // mismatch: nothing written
+    if (s_ok) part_copy(op.dst, op.src, op.len, false, x.blk, x.nb);  // mismatch: nothing written
     __syncthreads();
     if (threadIdx.x == 0) {
-      volatile ReadyDesc& d = c.remote->ready[k % kDescRing];
-      d.seq = k;
-      d.offset = op.offset;
-      d.len = op.len;
-      d.buf_id = op.buf_id;
-      d.status = s_ok ? kStatusOk : kStatusMismatch;
-      store_release_system(&c.remote->pub_ready.v, k);
+      bool last = true;
+      if (x.nb > 1) {
+        // Our block's NVLink stores (ordered before this thread by the barrier) are visible system-wide
+        // before the count says so; the last block's acquire below then orders them before pub_ready.
+        fence_system();
+        unsigned long long* a = reinterpret_cast<unsigned long long*>(&c.mine->pub_arrive[k % kDescRing]);
+        last = atomicAdd(a, 1ull) == uint64_t(x.nb - 1);
+        if (last) {
+          // Message k + kDescRing is posted only after the receiver saw pub_ready = k (below): no
+          // block can count for it before this reset.
+          atomicExch(a, 0ull);
+          fence_acq_rel_system();
+        }
+      }
+      if (last) {
+        volatile ReadyDesc& d = c.remote->ready[k % kDescRing];
+        d.seq = k;
+        d.offset = op.offset;
+        d.len = op.len;
+        d.buf_id = op.buf_id;
+        d.status = s_ok ? kStatusOk : kStatusMismatch;
+        store_release_system(&c.remote->pub_ready.v, k);
+      }
     }
   }
   // Advances by every op of the launch even after a failure (the pair is aborted then anyway), so
   // the counters of a healthy pair are always base + nops.
-  if (threadIdx.x == 0) c.mine->pub_sent.v = base + c.nops;
+  channel_exit(x, [&] { c.mine->pub_sent.v = base + c.nops; });
+}
+
+// Published form, receiver (one block). Thread 0 posts recv k, then waits for whichever way the
+// sender's message k comes: pub_ready >= k (direct copy, ReadyDesc tells how it went) or the LL
+// header in ring slot k % kLLSlots (the sender chooses by its length, so a length mismatch across
+// the kLLMax boundary is still seen as a mismatch, never a hang). Returns 1 direct, 2 LL, 0 failed.
+// (Also the NCCL form's wait for chunk g: ready = raw_slot_ready[slot], k = g + 1.)
+__device__ int wait_ready_or_ll(const Ctx& x, const uint64_t* ready, uint64_t k, const char* slot, uint32_t* hdr) {
+  const uint32_t f = ll_flag(k);
+  uint64_t t0 = 0;
+  for (uint32_t n = 0;; ++n) {
+    if (load_volatile(ready) >= k) return 1;
+    if (ll_header(slot, f, hdr)) return 2;  // {buf_id, len, offset low, offset high}
+    if (n == 0) t0 = now_ns();
+    if ((n & 127) == 127) {
+      if (load_volatile(x.abort)) {
+        record_error(x, kErrAborted);
+        return 0;
+      }
+      if (now_ns() - t0 > x.L->timeout_ns) {
+        record_error(x, kErrTimeout);
+        abort_pair(x);
+        return 0;
+      }
+    }
+  }
+}
+
+// All threads: waits for lines [2, 2 + ceil(len / 8)) of an LL slot, copies their bytes to dst
+// (nullptr: a mismatch, nothing written) and zeroes every line of the message, header included.
+// False when a wait ran out (recorded; the pair aborts).
+__device__ bool ll_read(const Ctx& x, uint64_t k, char* slot, uint64_t len, char* dst) {
+  __shared__ int s_fail;
+  if (threadIdx.x == 0) s_fail = 0;
+  __syncthreads();
+  const uint32_t f = ll_flag(k);
+  const uint64_t lines = (len + 7) / 8;
+  const bool aligned = (reinterpret_cast<uintptr_t>(dst) & 7) == 0;
+  for (uint64_t i = threadIdx.x; i < lines; i += blockDim.x) {
+    char* line = slot + 32 + 16 * i;
+    uint32_t lo, flo, hi, fhi;
+    uint64_t t0 = 0;
+    for (uint32_t n = 0;; ++n) {
+      load_volatile_16(line, lo, flo, hi, fhi);
+      if (flo == f && fhi == f) break;
+      if (n == 0) t0 = now_ns();
+      if ((n & 1023) == 1023) {
+        if (load_volatile(x.abort) || *reinterpret_cast<volatile int*>(&s_fail)) {
+          s_fail = 1;
+          break;
+        }
+        if (now_ns() - t0 > x.L->timeout_ns) {
+          record_error(x, kErrTimeout);
+          abort_pair(x);
+          s_fail = 1;
+          break;
+        }
+      }
+    }
+    if (*reinterpret_cast<volatile int*>(&s_fail)) break;
+    const uint64_t v = (uint64_t(hi) << 32) | lo;
+    if (dst) {
+      if (aligned && 8 * i + 8 <= len) {
+        *reinterpret_cast<uint64_t*>(dst + 8 * i) = v;
+      } else {
+        for (uint64_t b = 8 * i; b < len && b < 8 * i + 8; ++b) dst[b] = char(uint8_t(v >> (8 * (b - 8 * i))));
+      }
+    }
+    store_volatile_16(line, 0, 0, 0, 0);
+  }
+  if (threadIdx.x == 0) {
+    store_volatile_16(slot, 0, 0, 0, 0);
+    store_volatile_16(slot + 16, 0, 0, 0, 0);
+  }
+  __syncthreads();  // every line read and zeroed before thread 0 posts the next recv (the credit)
+  return s_fail == 0;
 }
 
 __device__ void recv_pub(const Ctx& x) {
   const DevChannel& c = *x.c;
-  uint64_t base = load_volatile(&c.mine->pub_recvd.v);
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < c.nops; ++i) {
-      const DevOp& op = x.L->ops[c.first_op + i];
-      const uint64_t k = base + i + 1;
+  __shared__ int s_path;
+  __shared__ uint32_t s_hdr[4];
+  const uint64_t base = load_volatile(&c.mine->pub_recvd.v);
+  for (int i = 0; i < c.nops; ++i) {
+    const DevOp& op = x.L->ops[c.first_op + i];
+    const uint64_t k = base + i + 1;
+    char* slot = ll_slot(c.mine, k);
+    if (threadIdx.x == 0) {
       volatile PostDesc& p = c.remote->post[k % kDescRing];
       p.seq = k;
       p.offset = op.offset;
       p.len = op.len;
       p.buf_id = op.buf_id;
       store_release_system(&c.remote->pub_posted.v, k);
-      if (!wait_ge(x, &c.mine->pub_ready.v, k)) break;
-      fence_acq_rel_system();  // the sender's bytes in our buffer are visible to this stream's next kernels
-      const volatile ReadyDesc& d = c.mine->ready[k % kDescRing];
-      if (d.seq != k) {
-        record_error(x, kErrProtocol);
-        *reinterpret_cast<volatile uint64_t*>(x.abort) = 1;
+      s_path = wait_ready_or_ll(x, &c.mine->pub_ready.v, k, slot, s_hdr);
+      if (s_path == 1) {
+        fence_acq_rel_system();  // the sender's bytes in our buffer are visible to this stream's next kernels
+        const volatile ReadyDesc& d = c.mine->ready[k % kDescRing];
+        if (d.seq != k) {
+          record_error(x, kErrProtocol);
+          abort_pair(x);
+          s_path = 0;
+        } else if (d.status != kStatusOk) {
+          record_error(x, kErrMismatch);
+        }
+      }
+    }
+    __syncthreads();
+    const int path = s_path;
+    if (path == 0) break;
+    if (path == 2) {
+      const uint64_t hoff = (uint64_t(s_hdr[3]) << 32) | s_hdr[2];
+      const uint64_t hlen = s_hdr[1];
+      if (hlen > kLLMax) {  // a header no sender of this build writes
+        if (threadIdx.x == 0) {
+          record_error(x, kErrProtocol);
+          abort_pair(x);
+        }
         break;
       }
-      if (d.status != kStatusOk) record_error(x, kErrMismatch);
+      const bool ok = s_hdr[0] == op.buf_id && hlen == op.len && hoff == op.offset;
+      if (!ok && threadIdx.x == 0) record_error(x, kErrMismatch);  // drained below, nothing written
+      if (!ll_read(x, k, slot, hlen, ok ? op.dst : nullptr)) break;
     }
-    c.mine->pub_recvd.v = base + c.nops;
+    __syncthreads();  // s_path / s_hdr are rewritten for the next message
   }
+  channel_exit(x, [&] { c.mine->pub_recvd.v = base + c.nops; });
 }
 
+__device__ __forceinline__ uint64_t chunks_of(uint64_t len, uint64_t chunk) { return len ? (len + chunk - 1) / chunk : 1; }
+
+// NCCL form, sender. The channel's messages are one run of chunks g0, g0 + 1, ... (a message of
+// len bytes is chunks_of(len) chunks; an empty one is one empty chunk); block b takes chunks
+// t = b, b + nb, ... of the run. Chunk g goes through slot g % slots: wait until its previous
+// occupant (g - slots) was consumed, copy, write the header, release-store raw_slot_ready = g + 1.
 __device__ void send_raw(const Ctx& x) {
   const DevChannel& c = *x.c;
   const uint64_t chunk = x.L->chunk, slots = x.L->slots;
   __shared__ int s_go;
-  uint64_t msg = load_volatile(&c.mine->raw_sent_msgs.v);
-  uint64_t g = load_volatile(&c.mine->raw_sent_chunks.v);
+  const uint64_t msg0 = load_volatile(&c.mine->raw_sent_msgs.v);
+  const uint64_t g0 = load_volatile(&c.mine->raw_sent_chunks.v);
+  uint64_t t0 = 0;  // first chunk of op i within the run
   bool failed = false;
   for (int i = 0; i < c.nops && !failed; ++i) {
     const DevOp& op = x.L->ops[c.first_op + i];
-    ++msg;
-    const uint64_t n = op.len ? (op.len + chunk - 1) / chunk : 1;
-    for (uint64_t j = 0; j < n; ++j, ++g) {
+    const uint64_t n = chunks_of(op.len, chunk);
+    uint64_t j = (uint64_t(x.blk) + uint64_t(x.nb) - t0 % uint64_t(x.nb)) % uint64_t(x.nb);
+    for (; j < n; j += uint64_t(x.nb)) {
+      const uint64_t g = g0 + t0 + j;
+      const uint64_t slot = g % slots;
       if (threadIdx.x == 0) {
-        s_go = g + 1 <= slots || wait_ge(x, &c.mine->raw_consumed.v, g + 1 - slots);
+        s_go = g + 1 <= slots || wait_ge(x, &c.mine->raw_slot_consumed[slot].v, g + 1 - slots);
         if (s_go) fence_acq_rel_system();  // the receiver's reads of the slot happened before
       }
       __syncthreads();
@@ -161,79 +412,114 @@ __device__ void send_raw(const Ctx& x) {
         failed = true;
         break;
       }
+      if (op.len <= kLLMax) {
+        // One chunk, as LL lines into the slot's LL area (stream_layout.h): no fence, no flag.
+        const uint64_t m = msg0 + i + 1;
+        ll_write(raw_ll(c.remote, slot), op.src, op.len, ll_flag(g + 1), uint32_t(m), uint32_t(m >> 32), 0);
+        __syncthreads();  // s_go is read by every thread before thread 0 rewrites it
+        continue;
+      }
       const uint64_t off = j * chunk;
       const uint64_t len = op.len - off < chunk ? op.len - off : chunk;
-      const uint64_t slot = g % slots;
-      char* stage = reinterpret_cast<char*>(c.remote) + kFlagsBytes + slot * chunk;
-      if (op.len) block_copy(stage, op.src + off, len, false);
+      char* stage = reinterpret_cast<char*>(c.remote) + kStagingOff + slot * chunk;
+      if (op.len) part_copy(stage, op.src + off, len, false, 0, 1);
       __syncthreads();
       if (threadIdx.x == 0) {
         volatile ChunkHdr& h = c.remote->hdr[slot];
-        h.msg = msg;
+        h.msg = msg0 + i + 1;
         h.msg_len = op.len;
         h.chunk_off = off;
         h.chunk_len = op.len ? len : 0;
-        store_release_system(&c.remote->raw_ready.v, g + 1);
+        store_release_system(&c.remote->raw_slot_ready[slot].v, g + 1);
       }
     }
+    t0 += n;
   }
-  if (threadIdx.x == 0 && !failed) {
-    c.mine->raw_sent_msgs.v = msg;
-    c.mine->raw_sent_chunks.v = g;
-  }
+  const uint64_t total = t0;  // only meaningful when the loop ran to its end
+  channel_exit(x, [&] {
+    if (failed) return;  // the pair is aborted: the counters no longer matter
+    c.mine->raw_sent_msgs.v = msg0 + c.nops;
+    c.mine->raw_sent_chunks.v = g0 + total;
+  });
 }
 
+// NCCL form, receiver: the same run of chunks, computed from this side's lengths (a sender's
+// different length is detected on the first header that shows it: kErrRawLength, the pair stops,
+// as a mismatched ncclSend/ncclRecv is an error too). Block b takes chunks t = b, b + nb, ...: wait
+// raw_slot_ready >= g + 1 (a local spin), check the header, copy out, release-store
+// raw_slot_consumed = g + 1 in the sender's area.
 __device__ void recv_raw(const Ctx& x) {
   const DevChannel& c = *x.c;
   const uint64_t chunk = x.L->chunk, slots = x.L->slots;
-  __shared__ int s_go, s_drain;
-  __shared__ uint64_t s_msg_len;
-  uint64_t msg = load_volatile(&c.mine->raw_recvd_msgs.v);
-  uint64_t g = load_volatile(&c.mine->raw_recvd_chunks.v);
+  __shared__ int s_go;  // 0 failed, 1 staged chunk, 2 LL lines
+  __shared__ uint32_t s_hdr[4];
+  const uint64_t msg0 = load_volatile(&c.mine->raw_recvd_msgs.v);
+  const uint64_t g0 = load_volatile(&c.mine->raw_recvd_chunks.v);
+  uint64_t t0 = 0;
   bool failed = false;
   for (int i = 0; i < c.nops && !failed; ++i) {
     const DevOp& op = x.L->ops[c.first_op + i];
-    ++msg;
-    uint64_t n = 1;
-    for (uint64_t j = 0; j < n; ++j, ++g) {
+    const uint64_t n = chunks_of(op.len, chunk);
+    uint64_t j = (uint64_t(x.blk) + uint64_t(x.nb) - t0 % uint64_t(x.nb)) % uint64_t(x.nb);
+    for (; j < n; j += uint64_t(x.nb)) {
+      const uint64_t g = g0 + t0 + j;
       const uint64_t slot = g % slots, off = j * chunk;
+      const uint64_t len = op.len - off < chunk ? op.len - off : chunk;
       if (threadIdx.x == 0) {
-        s_go = wait_ge(x, &c.mine->raw_ready.v, g + 1);
-        if (s_go) {
+        s_go = wait_ready_or_ll(x, &c.mine->raw_slot_ready[slot].v, g + 1, raw_ll(c.mine, slot), s_hdr);
+        if (s_go == 2) {
+          // LL: {msg low, len, msg high, 0}; only whole messages of <= kLLMax bytes come this way.
+          const uint64_t hm = (uint64_t(s_hdr[2]) << 32) | s_hdr[0];
+          if (hm == msg0 + i + 1 && s_hdr[1] != op.len) {
+            record_error(x, kErrRawLength);
+            abort_pair(x);
+            s_go = 0;
+          } else if (hm != msg0 + i + 1 || s_hdr[3] != 0 || j != 0) {
+            record_error(x, kErrProtocol);
+            abort_pair(x);
+            s_go = 0;
+          }
+        } else if (s_go == 1) {
           fence_acq_rel_system();
           const volatile ChunkHdr& h = c.mine->hdr[slot];
           uint64_t hm = h.msg, hl = h.msg_len, ho = h.chunk_off, hc = h.chunk_len;
-          if (j == 0) {
-            s_msg_len = hl;
-            s_drain = hm == msg && hl != op.len;  // length mismatch: consume the sender's chunks, write nothing
-            if (s_drain) record_error(x, kErrMismatch);
-          }
-          uint64_t want = s_msg_len - off < chunk ? s_msg_len - off : chunk;
-          if (hm != msg || hl != s_msg_len || ho != off || hc != (s_msg_len ? want : 0)) {
+          if (hm == msg0 + i + 1 && hl != op.len) {
+            record_error(x, kErrRawLength);
+            abort_pair(x);
+            s_go = 0;
+          } else if (hm != msg0 + i + 1 || ho != off || hc != (op.len ? len : 0)) {
             record_error(x, kErrProtocol);
-            *reinterpret_cast<volatile uint64_t*>(x.abort) = 1;
+            abort_pair(x);
             s_go = 0;
           }
         }
       }
       __syncthreads();
-      if (!s_go) {
+      const int path = s_go;
+      if (!path) {
         failed = true;
         break;
       }
-      const uint64_t ml = s_msg_len;
-      n = ml ? (ml + chunk - 1) / chunk : 1;
-      const uint64_t len = ml - off < chunk ? ml - off : chunk;
-      const char* stage = reinterpret_cast<const char*>(c.mine) + kFlagsBytes + slot * chunk;
-      if (!s_drain && ml) block_copy(op.dst + off, stage, len, true);
-      __syncthreads();
-      if (threadIdx.x == 0) store_release_system(&c.remote->raw_consumed.v, g + 1);  // orders our reads first
+      if (path == 2) {
+        if (!ll_read(x, g + 1, raw_ll(c.mine, slot), op.len, op.dst)) {  // ends with __syncthreads
+          failed = true;
+          break;
+        }
+      } else {
+        const char* stage = reinterpret_cast<const char*>(c.mine) + kStagingOff + slot * chunk;
+        if (op.len) part_copy(op.dst + off, stage, len, true, 0, 1);
+        __syncthreads();
+      }
+      if (threadIdx.x == 0) store_release_system(&c.remote->raw_slot_consumed[slot].v, g + 1);  // our reads first
     }
+    t0 += n;
   }
-  if (threadIdx.x == 0 && !failed) {
-    c.mine->raw_recvd_msgs.v = msg;
-    c.mine->raw_recvd_chunks.v = g;
-  }
+  const uint64_t total = t0;
+  channel_exit(x, [&] {
+    if (failed) return;
+    c.mine->raw_recvd_msgs.v = msg0 + c.nops;
+    c.mine->raw_recvd_chunks.v = g0 + total;
+  });
 }
 
 // The parameter block is read in place (no per-thread copy when its address is taken).
@@ -243,10 +529,28 @@ __device__ void recv_raw(const Ctx& x) {
 #define PL_GRID_CONSTANT
 #endif
 
-__global__ void __launch_bounds__(kThreads) stream_batch_kernel(const PL_GRID_CONSTANT StreamLaunch L) {
-  Ctx x{&L, &L.ch[blockIdx.x], &L.ch[blockIdx.x].mine->error.v};
-  if (load_volatile(x.abort)) return;  // the pair failed earlier: the host reports it, never wait again
-  switch (x.c->kind) {
+// One block per multiprocessor is guaranteed to fit (the host caps the grid at the SM count), so all
+// blocks of a launch are resident together and the channels of a group cannot starve each other.
+__global__ void __launch_bounds__(kThreads, 1) stream_batch_kernel(const PL_GRID_CONSTANT StreamLaunch L) {
+  // PDL (when launched with it): this kernel may have been scheduled while the previous kernel of
+  // the stream still runs. Everything below reads what that kernel may write (the user's source
+  // buffer, our channel counters when it is one of ours), so wait first; then let the next kernel of
+  // the stream be scheduled: it overlaps its launch with our run and waits in its own
+  // griddepcontrol.wait for our completion (a kernel launched with PDL that skips that wait may read
+  // a recv buffer before the bytes landed: the same contract as the allreduce's PDL).
+  pdl_wait();
+  pdl_launch_dependents();
+  int ci = 0;  // the channel whose block range holds this block (ranges are not in channel order)
+  for (int c = 0; c < L.nch; ++c)
+    if (int(blockIdx.x) >= L.ch[c].first_block && int(blockIdx.x) < L.ch[c].first_block + L.ch[c].nblocks) ci = c;
+  const DevChannel& ch = L.ch[ci];
+  Ctx x{&L, &ch, &ch.mine->error.v, int(blockIdx.x) - ch.first_block, ch.nblocks};
+  if (load_volatile(x.abort)) {
+    // The pair failed earlier (here or on the peer): never wait again; make sure the host hears of it.
+    if (threadIdx.x == 0) record_error(x, kErrAborted);
+    return;
+  }
+  switch (ch.kind) {
     case 0: send_pub(x); break;
     case 1: recv_pub(x); break;
     case 2: send_raw(x); break;
@@ -257,7 +561,8 @@ __global__ void __launch_bounds__(kThreads) stream_batch_kernel(const PL_GRID_CO
 }  // namespace
 
 void launch_stream_batch(const StreamLaunch& l, void* stream) {
-  gpu::dev::launch(stream_batch_kernel, l.nch, kThreads, static_cast<gpu::rt::Stream>(stream), false, l);
+  gpu::dev::launch(stream_batch_kernel, unsigned(l.nblocks), kThreads, static_cast<gpu::rt::Stream>(stream),
+                   l.pdl != 0, l);
   gpu::dev::check_launch("stream send/recv kernel launch");  // GpuError: error string, code and device
 }
 

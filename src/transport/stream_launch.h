@@ -1,9 +1,14 @@
 // What the host side of the stream engine (stream_gpu.cpp) hands to the kernels
-// (stream_kernels.cu): one launch per (batch, stream), one block per channel — a (peer, kind) pair
-// of this rank — so every FIFO channel is driven by exactly one block (it alone reads and advances
-// the channel's device-resident counters: no cross-block race, and a graph replay continues from
-// whatever the counters say). The channels of one launch progress concurrently, which is what makes
-// a group deadlock-free (a send waiting for its posted recv never blocks a recv of the same launch).
+// (stream_kernels.cu): one launch per (batch, stream); every channel — a (peer, kind) pair of this
+// rank — gets its own range of blocks [first_block, first_block + nblocks). A published-form send
+// splits each message across its blocks (the last block to finish publishes the ready flag); an
+// NCCL-form send or recv hands whole staging chunks to its blocks round robin (per-slot flags, no
+// block waits for another). A channel's device-resident counters are read by all of its blocks when
+// they start and written once, by the last block to leave (PairSection::exit), so a graph replay
+// continues from whatever the counters say. The channels of one launch progress concurrently, which
+// is what makes a group deadlock-free (a send waiting for its posted recv never blocks a recv of the
+// same launch): the host keeps the whole grid within one block per multiprocessor
+// (__launch_bounds__(kThreads, 1) guarantees one fits), and puts recv channels first in the grid.
 // Passed by value as the kernel parameter (< 4 KB), so nothing is copied to the device at enqueue
 // and a captured launch carries everything it needs except the counters.
 #pragma once
@@ -21,6 +26,19 @@ constexpr int kMaxLaunchChannels = 56;  // all pairs of 8 ranks, both forms, bot
 constexpr uint32_t kErrTimeout = 1;    // a wait ran past Options::timeout (peer dead or stalled)
 constexpr uint32_t kErrMismatch = 2;   // matched calls disagreed on (buffer, offset, len): nothing written
 constexpr uint32_t kErrProtocol = 3;   // a peer's descriptor or chunk header made no sense
+constexpr uint32_t kErrAborted = 4;    // the peer stopped the pair (it saw a failure): its error tells why
+constexpr uint32_t kErrRawLength = 5;  // NCCL form: the send's length differed from the recv's (pair stopped)
+
+constexpr int kStreamThreads = 512;    // threads per block
+// Most blocks one channel gets (Options::stream_blocks overrides; the grid is also capped at the
+// multiprocessor count). 64 blocks of 512 threads with 4 x 16-byte loads in flight per thread keep
+// ~2 MB of stores outstanding, far more than the NVLink bandwidth-delay product (~450 GB/s x ~2 us
+// = ~1 MB), and two such channels (a send and a recv of one group) still fit on 132 SMs.
+constexpr int kMaxChannelBlocks = 64;
+// Published-form sends get one block per this many bytes of their largest message (up to the cap):
+// 128 KB -> 8 blocks of 16 KB each (a single block moves ~35-40 GB/s over NVLink, so one block
+// alone would need ~3.5 us for 128 KB; 8 in parallel ~0.5 us plus one flag).
+constexpr uint64_t kPubBytesPerBlock = 16 << 10;
 
 struct DevOp {
   const char* src;
@@ -32,10 +50,13 @@ struct DevOp {
 };
 
 struct DevChannel {
-  int32_t kind;      // StreamOpKind
-  int32_t peer;
-  int32_t first_op;  // ops[first_op, first_op + nops) in call order
-  int32_t nops;
+  int16_t kind;         // StreamOpKind
+  int16_t peer;
+  int16_t first_op;     // ops[first_op, first_op + nops) in call order
+  int16_t nops;
+  int16_t first_block;  // blocks [first_block, first_block + nblocks) of the grid
+  int16_t nblocks;
+  int32_t pad;
   PairSection* mine;    // this rank's section for `peer`
   PairSection* remote;  // section `rank` of the peer's area, mapped here
 };
@@ -44,6 +65,8 @@ struct StreamLaunch {
   DevOp ops[kMaxLaunchOps];
   DevChannel ch[kMaxLaunchChannels];
   int32_t nch;
+  int32_t nblocks;  // grid size: the sum of the channels' blocks
+  int32_t pdl;      // launched with programmatic dependent launch
   uint32_t slots;
   uint64_t chunk;
   uint64_t timeout_ns;
@@ -51,7 +74,7 @@ struct StreamLaunch {
 };
 static_assert(sizeof(StreamLaunch) <= 4000, "kernel parameter limit");
 
-// Launches the batch on `stream` (cudaStream_t / hipStream_t). Throws GpuError/Error on a launch error.
+// Launches the batch (grid l.nblocks, PDL when l.pdl) on `stream` (cudaStream_t / hipStream_t). Throws GpuError/Error on a launch error.
 void launch_stream_batch(const StreamLaunch& l, void* stream);
 
 }  // namespace peerlink::stream

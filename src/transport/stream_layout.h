@@ -22,9 +22,9 @@ namespace peerlink::stream {
 // area under kAreaBufId); user calls naming them get InvalidArgument.
 constexpr uint32_t kReservedBufBase = 0xFFFFFF00u;
 constexpr uint32_t kAreaBufId = 0xFFFFFF01u;
-constexpr uint64_t kAreaMagic = 0x706c5354524d3031ull;  // "plSTRM01"
+constexpr uint64_t kAreaMagic = 0x706c5354524d3032ull;  // "plSTRM02" (per-slot flags, multi-block GPU grids)
 constexpr int kDescRing = 64;   // published-form recvs posted ahead of completion, per pair
-constexpr int kMaxSlots = 16;   // NCCL-form staging slots per ordered pair (at most)
+constexpr int kMaxSlots = 64;   // NCCL-form staging slots per ordered pair (at most)
 
 // Status of a published-form message (ReadyDesc::status).
 constexpr uint32_t kStatusOk = 1;
@@ -74,6 +74,13 @@ struct PairSection {
   Line pub_ready;     // q's pub_ready-th published-form send to this rank has landed
   Line raw_ready;     // q staged raw_ready chunks (total) into this section's slots
   Line raw_consumed;  // q copied out raw_consumed chunks (total) of this rank's messages to q
+  // GPU NCCL form: one flag per staging slot instead of the two totals above (the host backend keeps
+  // the totals). Several blocks move different chunks at once and finish in any order, so a total
+  // could go backwards; a per-slot flag holds the number (g + 1) of the chunk g last staged /
+  // consumed there, which only grows (slot s is reused by chunk g + slots only after chunk g was
+  // consumed).
+  Line raw_slot_ready[kMaxSlots];     // q staged chunk (value - 1) in slot s
+  Line raw_slot_consumed[kMaxSlots];  // q copied out chunk (value - 1) of this rank's from slot s
   PostDesc post[kDescRing];
   ReadyDesc ready[kDescRing];
   ChunkHdr hdr[kMaxSlots];
@@ -83,21 +90,56 @@ struct PairSection {
   Line raw_sent_msgs, raw_sent_chunks;   // NCCL-form messages/chunks issued to q
   Line raw_recvd_msgs, raw_recvd_chunks; // NCCL-form messages/chunks issued from q
   Line error;         // GPU: first device-side failure on this pair (see stream_kernels.cu)
+  // GPU: the blocks of one channel (stream_kernels.cu). exit[kind] counts the channel's blocks that
+  // finished the current launch (the last one writes the channel's counters above, then resets it
+  // to 0); pub_arrive[k % kDescRing] counts the blocks that finished their part of published-form
+  // message k (the last one publishes pub_ready, then resets it to 0). Both are back to 0 before
+  // any later launch or message can use them, so nothing needs resetting from the host.
+  Line exit[4];
+  uint64_t pub_arrive[kDescRing];
 };
+
+// GPU published form, small messages (len <= kLLMax): LL lines instead of a copy plus a release
+// flag. Each 16-byte line is {data[0..3], f, data[4..7], f} with f = ll_flag(k) for message k, two
+// 8-byte halves each written and read as a unit (gpu/device.h store_volatile_16), so the receiver
+// knows a line landed when both flags match: no fence on the sender, no separate flag, one NVLink
+// crossing. The sender writes into the receiver's ring slot k % kLLSlots (lines 0-1: header
+// {buf_id, len, offset}; then the data) without waiting for the posted recv; the receiver checks the
+// header against its recv (mismatch: nothing written), copies the data into its buffer and zeroes
+// the lines, so a stale line always reads 0 and no flag value ever repeats in place (flags are never
+// 0). Credit: the receiver posts recv k + 1 only after it emptied slot k, so the sender of k may use
+// slot k % kLLSlots once pub_posted >= k + 1 - kLLSlots.
+// Why 8 KB: the sender is one block writing 1024 lines (2 per thread, one pass); beyond that the
+// multi-block direct copy plus one flag (~one extra NVLink round trip, ~1.5 us) is cheaper than
+// LL's doubled bytes written by a single block.
+constexpr size_t kLLMax = 8 << 10;
+constexpr size_t kLLSlots = 8;
+constexpr size_t kLLLines = 2 + kLLMax / 8;
+constexpr size_t kLLSlotBytes = kLLLines * 16;
+// (ll_flag(k) = k mod (2^32 - 1) + 1: stream_kernels.cu.)
 
 constexpr size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t flags_bytes() { return round_up(sizeof(PairSection), 4096); }
-constexpr size_t section_bytes(size_t slots, size_t chunk) { return flags_bytes() + slots * chunk; }
-constexpr size_t area_bytes(int world, size_t slots, size_t chunk) {
-  return kHeaderBytes + size_t(world) * section_bytes(slots, chunk);
+// GPU sections: flags | published-form LL ring (kLLSlots) | NCCL-form LL areas (one per staging
+// slot: a message of <= kLLMax bytes is one chunk, sent as LL lines into the LL area of its slot
+// instead of staged data plus a flag; same slot credit; an area only ever holds LL lines or zeros,
+// never staged user bytes that could look like a valid line) | staging slots. Host sections have
+// no LL regions (the host backend copies with memcpy and flags).
+constexpr size_t ll_bytes() { return round_up(kLLSlots * kLLSlotBytes + kMaxSlots * kLLSlotBytes, 4096); }
+constexpr size_t raw_ll_offset() { return flags_bytes() + kLLSlots * kLLSlotBytes; }
+constexpr size_t staging_offset(bool gpu) { return flags_bytes() + (gpu ? ll_bytes() : 0); }
+constexpr size_t section_bytes(size_t slots, size_t chunk, bool gpu) { return staging_offset(gpu) + slots * chunk; }
+constexpr size_t area_bytes(int world, size_t slots, size_t chunk, bool gpu) {
+  return kHeaderBytes + size_t(world) * section_bytes(slots, chunk, gpu);
 }
 
 inline PairSection* section(void* area, int q, size_t sec_bytes) {
   return reinterpret_cast<PairSection*>(static_cast<char*>(area) + kHeaderBytes + size_t(q) * sec_bytes);
 }
+// Host backend only (GPU kernels place staging after the LL regions: staging_offset(true)).
 inline char* staging(PairSection* s, size_t slot, size_t chunk) {
-  return reinterpret_cast<char*>(s) + flags_bytes() + slot * chunk;
+  return reinterpret_cast<char*>(s) + staging_offset(false) + slot * chunk;
 }
 
 }  // namespace peerlink::stream

@@ -8,10 +8,20 @@
 //                   len): equal -> copy into the published buffer; else write nothing. Then write
 //                   ReadyDesc k (status) into the receiver's area and release-store pub_ready = k;
 //                   recv k completes when pub_ready >= k (mismatch -> InvalidArgument on both sides).
+//                   GPUs, len <= stream::kLLMax (8 KB): the sender does not wait for the post; it
+//                   writes header + data as LL lines into the receiver's ring slot k % kLLSlots
+//                   (credit: pub_posted >= k + 1 - kLLSlots); the receiver, which still posts k and
+//                   waits for pub_ready or the LL header, whichever comes, checks the header against
+//                   its recv and copies the data into its buffer (stream_layout.h).
 //   NCCL form       chunks (Options-independent geometry, AreaHeader) through the receiver-owned
 //                   staging slots of the pair: chunk g waits raw_consumed >= g + 1 - slots, copies,
 //                   writes ChunkHdr, release-stores raw_ready = g + 1; the receiver copies chunk g out
 //                   and release-stores raw_consumed = g + 1. A zero-byte message is one empty chunk.
+//                   (GPUs: the same with one ready / consumed flag per slot, raw_slot_ready[g % slots]
+//                   = g + 1, because several blocks move different chunks at once: stream_kernels.cu.
+//                   A length mismatch stops the pair there instead of draining. A message of at most
+//                   stream::kLLMax bytes is one chunk sent as LL lines into its slot's LL area: no
+//                   fence, no ready flag; the receiver waits for the flag or the lines, whichever.)
 // The two forms are separate FIFO channels (a published-form send is matched only by a
 // published-form recv), and both are separate from the host-driven isend/irecv channel: mixing
 // them on one pair is allowed and each channel keeps its own order. (They share no counters, so
@@ -43,6 +53,10 @@
 
 #include "transport/stream_layout.h"
 
+namespace peerlink::stream {
+struct StreamLaunch;
+}
+
 namespace peerlink::detail {
 
 class CommImpl;
@@ -53,7 +67,8 @@ struct StreamOp {
   StreamOpKind kind = StreamOpKind::SendPub;
   int peer = -1;
   const char* src = nullptr;  // sends
-  char* dst = nullptr;        // SendPub: mapped destination in the published buffer; RecvRaw: user buffer
+  char* dst = nullptr;        // SendPub: mapped destination in the published buffer; RecvRaw: user buffer;
+                              // RecvPub: this rank's published buffer at offset (LL copy-out)
   size_t len = 0;
   uint32_t buf_id = 0;        // published form
   size_t offset = 0;
@@ -100,7 +115,8 @@ class StreamEngine {
   void run_host(std::vector<StreamOp>& ops);   // stream_host.cpp
   void run_gpu(std::vector<StreamOp>& ops);    // stream_gpu.cpp: one kernel per stream, no host wait
   void check_device_error();                   // stream_gpu.cpp: what earlier kernels recorded
-  void reap_inflight(bool wait_all);           // stream_gpu.cpp: drop mappings of finished launches
+  void reap_inflight(bool wait_all);
+  void assign_blocks(stream::StreamLaunch& L) const;  // stream_gpu.cpp: grid of one launch           // stream_gpu.cpp: drop mappings of finished launches
   void mark_broken(const std::vector<StreamOp>& ops, std::exception_ptr e);
 
   stream::PairSection* mine(int q) const { return stream::section(area_, q, sec_bytes_); }
@@ -121,6 +137,9 @@ class StreamEngine {
 
   // GPU only.
   uint32_t* error_ = nullptr;  // host-mapped error word the kernels write (stream_launch.h)
+  int grid_cap_ = 1;           // most blocks of one launch: the device's multiprocessor count
+  int channel_blocks_ = 1;     // most blocks of one channel (Options::stream_blocks or kMaxChannelBlocks)
+  bool pdl_ = false;           // launch with programmatic dependent launch (Options::stream_pdl)
   struct Inflight {
     void* event = nullptr;  // recorded after the launch (eager launches only)
     std::vector<std::shared_ptr<void>> holds;

@@ -42,7 +42,7 @@ class Transport {
   // `version` (newer: stale InvalidArgument; older: waits), range-checked; and the length this rank
   // published to `peer` under buf_id (0: never).
   Binding bind_published(int peer, uint32_t buf_id, uint64_t version, size_t offset, size_t len, const char* what);
-  uint64_t published_len(int peer, uint32_t buf_id);
+  uint64_t published_len(int peer, uint32_t buf_id, char** ptr = nullptr);  // *ptr: its base (GPU LL recv)
   // Stops the workers, fails what is pending, leaves the rendezvous. Idempotent.
   void shutdown();
   // A fatal worker error, rethrown on the caller's next call.

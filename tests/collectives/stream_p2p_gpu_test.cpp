@@ -69,8 +69,9 @@ void poll(Communicator& c) {
 
 }  // namespace
 
-// Both forms, sizes from empty to 64 MB (multi-chunk pipelining through the 4 x 1 MB staging slots),
-// exchanged in one group on one stream each way.
+// Both forms, sizes from empty to 256 MB (multi-block published copies; NCCL form pipelined through
+// the 64 x 128 KB staging slots by up to 64 blocks, slots reused many times over), exchanged in one
+// group on one stream each way.
 TEST(StreamGpu, ExchangeBothForms) {
   REQUIRE_GPUS();
   std::string uid = unique_test_id("sg-ex");
@@ -78,8 +79,16 @@ TEST(StreamGpu, ExchangeBothForms) {
     gpu::set_device(rank);
     Communicator comm(uid, rank, 2, rank, opts());
     const int peer = 1 - rank;
-    const size_t sizes[] = {0, 8, 4099, size_t(1) << 20, (size_t(3) << 20) + 5, size_t(64) << 20};
-    const size_t cap = size_t(64) << 20;
+    const size_t sizes[] = {0,
+                            8,
+                            4099,
+                            (size_t(128) << 10) + 3,
+                            size_t(1) << 20,
+                            (size_t(3) << 20) + 5,
+                            size_t(4) << 20,
+                            size_t(64) << 20,
+                            (size_t(256) << 20) - 7};
+    const size_t cap = size_t(256) << 20;
     Dev src(cap), dst(cap), pub(cap);
     comm.notify_ipc_buffer(peer, 1, pub.p, cap, 1);
     comm.barrier();
@@ -195,6 +204,111 @@ TEST(StreamGpu, GraphReplay1000) {
     gpu::graph_destroy(g);
     gpu::stream_destroy(s);
   }, milliseconds(240000));
+  EXPECT_EQ(fail, "");
+}
+
+// Several messages of different sizes per channel in one group (the NCCL form's chunks of all of
+// them are dealt to the blocks round robin; each published message is split across the blocks of
+// its channel), odd offsets and lengths, then the same group captured and replayed with large
+// messages: every replay's payload verified.
+TEST(StreamGpu, MultiBlockGroupsAndLargeReplay) {
+  REQUIRE_GPUS();
+  std::string uid = unique_test_id("sg-mb");
+  std::string fail = run_ranks(2, [&](int rank) {
+    gpu::set_device(rank);
+    Communicator comm(uid, rank, 2, rank, opts());
+    const int peer = 1 - rank;
+    const size_t lens[] = {(size_t(300) << 10) + 3, 8, (size_t(1) << 20), (size_t(9) << 20) + 1, 0, 77};
+    const size_t n = sizeof(lens) / sizeof(lens[0]);
+    size_t total = 0;
+    std::vector<size_t> offs;
+    for (size_t len : lens) {
+      offs.push_back(total);
+      total += len + 13;  // odd offsets: the copies' unaligned paths too
+    }
+    Dev src(total), dst(total), pub(total);
+    comm.notify_ipc_buffer(peer, 5, pub.p, total, 1);
+    comm.barrier();
+    gpu::Stream s = gpu::stream_create();
+    auto group = [&] {
+      comm.group_start();
+      for (size_t i = 0; i < n; ++i) {
+        comm.send(peer, src.p + offs[i], lens[i], s);
+        comm.send(peer, src.p + offs[i], lens[i], 5, offs[i], 1, s);
+      }
+      for (size_t i = 0; i < n; ++i) {
+        comm.recv(peer, dst.p + offs[i], lens[i], s);
+        comm.recv(peer, 5, offs[i], lens[i], s);
+      }
+      comm.group_end();
+    };
+    auto verify = [&](uint64_t tag, const char* what, int rep) {
+      // The source pattern starts at src.p, so a message at offs[i] carries the pattern's bytes
+      // [offs[i], offs[i] + len): compare each landing range byte for byte against a host copy.
+      std::vector<char> want(total), got(total), gotp(total);
+      fill_pattern(want.data(), total, tag);
+      gpu::memcpy_sync(got.data(), dst.p, total);
+      gpu::memcpy_sync(gotp.data(), pub.p, total);
+      for (size_t i = 0; i < n; ++i) {
+        MP_CHECK_MSG(std::memcmp(got.data() + offs[i], want.data() + offs[i], lens[i]) == 0,
+                     what << " rep " << rep << " NCCL form message " << i << " len " << lens[i]);
+        MP_CHECK_MSG(std::memcmp(gotp.data() + offs[i], want.data() + offs[i], lens[i]) == 0,
+                     what << " rep " << rep << " published message " << i << " len " << lens[i]);
+      }
+    };
+    src.fill(uint64_t(rank) + 100);
+    group();
+    gpu::stream_sync(s);
+    poll(comm);
+    verify(uint64_t(peer) + 100, "eager", 0);
+    comm.barrier();
+    gpu::stream_begin_capture(s);
+    group();
+    gpu::GraphExec g = gpu::stream_end_capture(s);
+    for (int rep = 0; rep < 20; ++rep) {
+      src.fill(uint64_t(rep) * 2 + rank + 200);
+      comm.barrier();  // the peer verified our previous landing before we refill its source
+      gpu::graph_launch(g, s);
+      gpu::stream_sync(s);
+      poll(comm);
+      verify(uint64_t(rep) * 2 + peer + 200, "graph", rep);
+      comm.barrier();
+    }
+    gpu::graph_destroy(g);
+    gpu::stream_destroy(s);
+  }, milliseconds(240000));
+  EXPECT_EQ(fail, "");
+}
+
+// NCCL form with different lengths on the two sides: the receiver reports InvalidArgument (nothing
+// hangs), and the pair is stopped on both sides (the sender's next call reports it).
+TEST(StreamGpu, RawLengthMismatchStopsPair) {
+  REQUIRE_GPUS();
+  std::string uid = unique_test_id("sg-rawlen");
+  std::string fail = run_ranks(2, [&](int rank) {
+    gpu::set_device(rank);
+    Communicator comm(uid, rank, 2, rank, opts(1500));
+    Dev src(4096), dst(4096);
+    comm.barrier();
+    gpu::Stream s = gpu::stream_create();
+    src.fill(9);
+    if (rank == 0) {
+      comm.send(1, src.p, 100, s);  // rank 1 expects 200 bytes
+      gpu::stream_sync(s);
+      comm.barrier();  // 1: rank 1 saw the mismatch (and stopped the pair)
+      comm.send(1, src.p, 8, s);
+      gpu::stream_sync(s);
+      MP_CHECK_THROWS(poll(comm), Error, "stopped");
+      comm.barrier();  // 2
+    } else {
+      comm.recv(0, dst.p, 200, s);
+      gpu::stream_sync(s);
+      MP_CHECK_THROWS(poll(comm), InvalidArgument, "different length");
+      comm.barrier();  // 1
+      comm.barrier();  // 2
+    }
+    gpu::stream_destroy(s);
+  }, milliseconds(120000));
   EXPECT_EQ(fail, "");
 }
 
