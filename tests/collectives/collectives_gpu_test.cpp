@@ -68,10 +68,10 @@ TEST(CollectivesGpu, Correctness) {
   const std::vector<int> devs = devices();
   const int world = int(devs.size());
   const DataType types[] = {DataType::BF16, DataType::F32, DataType::F16, DataType::F64, DataType::I32, DataType::I64};
-  // ll: pieces within the LL area (512 KB); push with 64 KB scratch positions (many steps per
+  // ll: pieces within the LL area (512 KB: 65531 x 8 B fits, 65537 x 8 B did not); push with 64 KB scratch positions (many steps per
   // call, several blocks per step); auto with the default scratch (2 ranks: 16 MB chunks).
   struct Algo { const char* name; size_t scratch; std::vector<size_t> sizes; };
-  const Algo algos[] = {{"ll", 0, {1, 3, 1001, 4099, 65537}},
+  const Algo algos[] = {{"ll", 0, {1, 3, 1001, 4099, 65531}},
                         {"push", 65536, {1, 3, 1001, 65537, 300001}},
                         {"", 0, {1, 7, 4099, 300001, 2000001}}};
   const int kMaxCases = 3 * 6 * 6 * 4 * 5;
