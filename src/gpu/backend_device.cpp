@@ -272,6 +272,8 @@ class DeviceBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_device_backend(int device) { return std::make_unique<DeviceBackend>(device); }
+std::unique_ptr<Backend> make_device_backend(int device, const BackendOptions& opts) {
+  return std::make_unique<DeviceBackend>(device);
+}
 
 }  // namespace peerlink::gpu
