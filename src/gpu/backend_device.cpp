@@ -7,16 +7,13 @@
 #include <deque>
 #include <map>
 #include <mutex>
-#include <set>
-#include <unistd.h>
 #include <vector>
 
 #include "common/log.h"
 #include "gpu/backend.h"
-#include "gpu/chunks.h"
-#include "gpu/fd_export.h"
 #include "gpu/owners.h"
 #include "gpu/vmm.h"
+#include "gpu/vmm_share.h"
 #include "peerlink/errors.h"
 
 namespace peerlink::gpu {
@@ -132,8 +129,7 @@ class DeviceCopyQueue final : public CopyQueue {
 
 class DeviceBackend final : public Backend {
  public:
-  DeviceBackend(int dev, const BackendOptions& o) : dev_(dev), opts_(o) {
-    fd_exports_ = std::make_unique<FdExports>(opts_.job_prefix, opts_.fd_passing);
+  DeviceBackend(int dev, const BackendOptions& o) : dev_(dev), vmm_(dev, o) {
     int n = device_count();
     if (dev < 0 || dev >= n)
       throw InvalidArgument(cat("device ", dev, " does not exist (", runtime_name(), " sees ", n, " device(s))"));
@@ -143,7 +139,6 @@ class DeviceBackend final : public Backend {
     try {
       DeviceGuard g(dev_);
       for (auto& kv : owned_) device_free(kv.first);
-      for (auto& kv : vmm_opened_) vmm_unmap_range(kv.first, kv.second);
     } catch (...) {
     }
     // mappings_ and pins_ release themselves, each under its own guard.
@@ -195,7 +190,7 @@ class DeviceBackend final : public Backend {
     if (len > static_cast<size_t>(base + r.size - c))
       throw InvalidArgument(cat("range [", p, ", +", len, ") runs past the end of its allocation (", r.size,
                                 " bytes at ", r.base, ")"));
-    if (!ipc_capable(base)) return find_vmm(p, len);
+    if (!ipc_capable(base)) return vmm_.find(p, len);
     // The runtime's buffer id tells a re-allocation at the same address apart from the old one.
     uint64_t id = buffer_id(base);
     if (id != 0) return AllocRange{base, r.size, id};
@@ -209,11 +204,8 @@ class DeviceBackend final : public Backend {
   MemHandle export_allocation(const AllocRange& r) override {
     DeviceGuard dg(dev_);
     RelaxedCaptureMode relaxed;  // legal while a stream of the process is being captured
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      auto v = vmm_.find(r.base);
-      if (v != vmm_.end() && v->second.id == r.alloc_id) return export_vmm(r, v->second.chunks);
-    }
+    MemHandle vh;
+    if (vmm_.export_range(r, &vh)) return vh;
     MemHandle h;
     h.kind = HandleKind::DeviceIpc;
     h.alloc_id = r.alloc_id;
@@ -226,8 +218,9 @@ class DeviceBackend final : public Backend {
   // Mappings are owned here until close(): whatever the transport leaves open is closed when the
   // backend goes. A multimap: the runtime may hand out one address for two opens (refcounted).
   void* open(const MemHandle& h) override {
-    if (h.kind == HandleKind::DeviceVmm) return open_vmm(h);
+    if (h.kind == HandleKind::DeviceVmm) return vmm_.open(h);
     if (h.kind != HandleKind::DeviceIpc) throw Error("device backend cannot open a host SHM handle");
+    RelaxedCaptureMode relaxed;  // opening is no stream work: legal while a stream is captured
     IpcMapping m = IpcMapping::open(dev_, h.data);
     void* base = m.get();
     std::lock_guard<std::mutex> g(mu_);
@@ -235,19 +228,7 @@ class DeviceBackend final : public Backend {
     return base;
   }
   void close(const MemHandle& h, void* base) override {
-    if (h.kind == HandleKind::DeviceVmm) {
-      size_t bytes = 0;
-      {
-        std::lock_guard<std::mutex> g(mu_);
-        auto it = vmm_opened_.find(base);
-        if (it == vmm_opened_.end()) return;
-        bytes = it->second;
-        vmm_opened_.erase(it);
-      }
-      DeviceGuard dg(dev_);
-      vmm_unmap_range(base, bytes);
-      return;
-    }
+    if (h.kind == HandleKind::DeviceVmm) return vmm_.close(base);
     IpcMapping m;
     {
       std::lock_guard<std::mutex> g(mu_);
@@ -283,135 +264,9 @@ class DeviceBackend final : public Backend {
     memcpy_sync(dst, src, bytes);
   }
   void bind_worker_thread() override { set_device(dev_); }
-  void set_peer_pids(const std::vector<int32_t>& pids) override {
-    fd_exports_->set_peer_pids(pids);
-    std::lock_guard<std::mutex> g(mu_);
-    peers_ = std::set<int32_t>(pids.begin(), pids.end());
-  }
+  void set_peer_pids(const std::vector<int32_t>& pids) override { vmm_.set_peer_pids(pids); }
 
  private:
-  struct VmmExport {
-    std::vector<Chunk> chunks;  // id: the driver's allocation handle value
-    uint64_t id;
-  };
-
-  // The chunks behind [p, p+len) (chunks.h); one allocation id per distinct chunk list at a base,
-  // so a chunk freed and re-created at the same address is a new allocation for every peer.
-  AllocRange find_vmm(const void* p, size_t len) {
-    std::vector<Chunk> chunks = walk_chunks(
-        reinterpret_cast<uint64_t>(p), len,
-        [](uint64_t a, Chunk* out) {
-          uint64_t b = 0, s = 0, h = 0;
-          if (!vmm_chunk_at(reinterpret_cast<void*>(a), &b, &s, &h)) return false;
-          vmm_release(h);  // the handle value stays the allocation's identity while it is mapped
-          *out = Chunk{b, s, h};
-          return true;
-        },
-        kMaxManifestChunks);
-    char* base = reinterpret_cast<char*>(chunks.front().base);
-    size_t bytes = chunks.back().base + chunks.back().size - chunks.front().base;
-    std::lock_guard<std::mutex> g(mu_);
-    auto it = vmm_.find(base);
-    if (it == vmm_.end() || it->second.chunks != chunks) {
-      prune_vmm_locked();  // drops exports whose chunks were freed or replaced
-      it = vmm_.find(base);  // still live but another chunk list (a longer or shorter range): replaced
-      if (it != vmm_.end()) fd_exports_->remove(it->second.id);
-      it = vmm_.insert_or_assign(base, VmmExport{chunks, ++next_id_ | (uint64_t(1) << 62)}).first;
-      common::log_line(LogLevel::Info, opts_.log_level,
-                       cat("device memory [", p, ", +", len, ") is VMM memory: ", chunks.size(), " chunk(s), ", bytes,
-                           " bytes at ", static_cast<void*>(base), "; exported by file descriptor (",
-                           common::fd_passing_name(opts_.fd_passing), ")"));
-    }
-    return AllocRange{base, bytes, it->second.id};
-  }
-
-  // Exported descriptors keep their physical chunks alive: an export whose chunks the owner has
-  // unmapped or replaced (the caching allocator released them) is dropped here, when the next new
-  // VMM export is made, so freed device memory is returned to the driver then at the latest (peers
-  // that still map it keep it until they rebind). Peers asking for a dropped export are refused.
-  void prune_vmm_locked() {
-    for (auto it = vmm_.begin(); it != vmm_.end();) {
-      bool live = true;
-      for (const Chunk& c : it->second.chunks) {
-        uint64_t b = 0, s = 0, h = 0;
-        bool mapped = vmm_chunk_at(reinterpret_cast<void*>(c.base), &b, &s, &h);
-        if (mapped) vmm_release(h);
-        if (!mapped || b != c.base || s != c.size || h != c.id) {
-          live = false;
-          break;
-        }
-      }
-      if (live) {
-        ++it;
-        continue;
-      }
-      fd_exports_->remove(it->second.id);
-      it = vmm_.erase(it);
-    }
-  }
-
-  MemHandle export_vmm(const AllocRange& r, const std::vector<Chunk>& chunks) {
-    std::vector<common::UniqueFd> fds;
-    std::vector<uint64_t> sizes;
-    for (const Chunk& c : chunks) {
-      uint64_t b = 0, s = 0, h = 0;
-      if (!vmm_chunk_at(reinterpret_cast<void*>(c.base), &b, &s, &h) || b != c.base || s != c.size || h != c.id) {
-        if (h) vmm_release(h);
-        throw InvalidArgument(cat("VMM range at ", static_cast<void*>(r.base), ": the chunk at 0x", std::hex, c.base,
-                                  " changed while it was being exported (freed or remapped)"));
-      }
-      try {
-        fds.emplace_back(vmm_export_fd(h));
-      } catch (const UnsupportedError& e) {
-        vmm_release(h);
-        throw UnsupportedError(cat("device memory [", static_cast<void*>(r.base), ", +", r.bytes,
-                                   ") cannot be shared: ", e.what()));
-      } catch (...) {
-        vmm_release(h);
-        throw;
-      }
-      vmm_release(h);
-      sizes.push_back(c.size);
-    }
-    MemHandle h;
-    h.kind = HandleKind::DeviceVmm;
-    h.owner_pid = getpid();
-    h.alloc_id = r.alloc_id;
-    h.alloc_bytes = r.bytes;
-    h.owner_base = reinterpret_cast<uint64_t>(r.base);
-    fd_exports_->add(r.alloc_id, std::move(fds), sizes, &h);
-    return h;
-  }
-
-  void* open_vmm(const MemHandle& h) {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      if (!peers_.empty() && peers_.count(h.owner_pid) == 0)
-        throw Error(cat("VMM handle names process ", h.owner_pid, ", which is not a rank of this job"));
-    }
-    ImportedFds in = import_fds(h, opts_.fd_passing, opts_.job_prefix, opts_.timeout_ms, false);
-    DeviceGuard dg(dev_);
-    RelaxedCaptureMode relaxed;
-    std::vector<uint64_t> handles, sizes;
-    void* base = nullptr;
-    try {
-      for (size_t i = 0; i < in.chunks.size(); ++i) {
-        handles.push_back(vmm_import_fd(in.chunks[i].get()));
-        sizes.push_back(in.entries[i].size);
-      }
-      base = vmm_map_chunks(dev_, handles.data(), sizes.data(), handles.size());
-    } catch (...) {
-      for (uint64_t x : handles) vmm_release(x);
-      throw;
-    }
-    for (uint64_t x : handles) vmm_release(x);  // the mappings hold the memory; descriptors close with `in`
-    common::log_line(LogLevel::Info, opts_.log_level,
-                     cat("opened VMM allocation ", h.alloc_id, " of process ", h.owner_pid, " (", h.alloc_bytes,
-                         " bytes, ", sizes.size(), " chunk(s)) via ", in.via, " at ", base));
-    std::lock_guard<std::mutex> g(mu_);
-    vmm_opened_[base] = h.alloc_bytes;
-    return base;
-  }
 
   int dev_;
   std::mutex mu_;
@@ -420,11 +275,7 @@ class DeviceBackend final : public Backend {
   std::multimap<void*, IpcMapping> mappings_;          // open() -> close()
   std::map<void*, HostRegistration> pins_;             // pin() -> unpin()
   uint64_t next_id_ = 0;
-  BackendOptions opts_;
-  std::map<char*, VmmExport> vmm_;          // exported VMM ranges by base
-  std::map<void*, size_t> vmm_opened_;      // open_vmm() -> close(): reserved bytes
-  std::set<int32_t> peers_;
-  std::unique_ptr<FdExports> fd_exports_;   // last: its socket thread stops first
+  VmmShare vmm_;  // VMM memory shared by file descriptor (vmm_share.h)
 };
 
 }  // namespace
