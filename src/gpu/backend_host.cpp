@@ -204,6 +204,9 @@ class HostBackend final : public Backend {
     const FdRegion& reg = it->second.region;
     if (c >= reg.base() + it->second.bytes) return {};
     uint64_t id = it->second.id;
+    if (len > static_cast<size_t>(reg.base() + it->second.bytes - c))
+      throw InvalidArgument(cat("range [", p, ", +", len, ") runs past the end of its allocation (", it->second.bytes,
+                                " bytes at ", static_cast<void*>(reg.base()), ")"));
     walk_chunks(reinterpret_cast<uint64_t>(p), len, [&](uint64_t a, Chunk* out) {
       uint64_t at = reinterpret_cast<uint64_t>(reg.base());
       uint64_t end = at + it->second.bytes;  // the caller's bytes, not the page-rounded tail

@@ -57,7 +57,7 @@ std::vector<ManifestEntry> parse_manifest(const unsigned char* bytes, size_t n, 
   std::memcpy(&h, bytes, sizeof h);
   if (h.magic != kManifestMagic || h.nchunks != nchunks || h.export_id != export_id || h.total_bytes != total_bytes)
     throw bad(cat("header (magic ", h.magic, ", ", h.nchunks, " chunks, export ", h.export_id, ", ", h.total_bytes,
-                  " bytes) does not match the handle (", nchunks, " chunks, ", total_bytes, " bytes)"));
+                  " bytes) does not match what the handle claims (", nchunks, " chunks, ", total_bytes, " bytes)"));
   std::vector<ManifestEntry> e(nchunks);
   std::memcpy(e.data(), bytes + sizeof h, nchunks * sizeof(ManifestEntry));
   uint64_t sum = 0;
