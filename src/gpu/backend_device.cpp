@@ -184,13 +184,14 @@ class DeviceBackend final : public Backend {
     DeviceGuard dg(dev_);
     if (!is_device_pointer(p))
       throw InvalidArgument(cat("pointer ", p, " is not device memory (device ", dev_, ")"));
+    // VMM first: its address range is one chunk, and the range may span several (vmm_share.h).
+    if (vmm_needs_fd_export(p)) return vmm_.find(p, len);
     AddressRange r = address_range(p);
     auto c = static_cast<const char*>(p);
     auto base = static_cast<char*>(r.base);
     if (len > static_cast<size_t>(base + r.size - c))
       throw InvalidArgument(cat("range [", p, ", +", len, ") runs past the end of its allocation (", r.size,
                                 " bytes at ", r.base, ")"));
-    if (!ipc_capable(base)) return vmm_.find(p, len);
     // The runtime's buffer id tells a re-allocation at the same address apart from the old one.
     uint64_t id = buffer_id(base);
     if (id != 0) return AllocRange{base, r.size, id};

@@ -17,6 +17,7 @@ namespace {
   throw UnsupportedError(common::cat(what, ": this peerlink build has no GPU runtime (host backend only)"));
 }
 }  // namespace
+bool vmm_needs_fd_export(const void*) { return false; }
 bool vmm_chunk_at(const void*, uint64_t*, uint64_t*, uint64_t*) { return false; }
 void vmm_release(uint64_t) noexcept {}
 int vmm_export_fd(uint64_t) { none("vmm_export_fd"); }
@@ -171,6 +172,22 @@ bool vmm_chunk_at(const void* p, uint64_t* base, uint64_t* size, uint64_t* handl
   *size = s;
   *handle = to_u64(h);
   return true;
+}
+
+bool vmm_needs_fd_export(const void* p) {
+#if defined(PEERLINK_HIP)
+  Handle h{};
+  if (mem_retain(&h, const_cast<void*>(p)) != kOk) {
+    (void)hipGetLastError();
+    return false;
+  }
+  (void)mem_release(h);
+  return true;
+#else
+  int capable = 0;
+  CUresult e = A().ptr_attr(&capable, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, to_ptr(p));
+  return e != CUDA_SUCCESS || capable == 0;
+#endif
 }
 
 void vmm_release(uint64_t handle) noexcept {

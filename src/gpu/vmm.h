@@ -9,6 +9,10 @@
 
 namespace peerlink::gpu {
 
+// True when p is VMM memory that the legacy IPC handles cannot export. CUDA: the pointer is not
+// legacy-IPC capable (one attribute query, the legacy path's cost is unchanged). HIP, whose
+// attribute does not exist: an allocation handle can be retained at p (only VMM mappings have one).
+bool vmm_needs_fd_export(const void* p);
 // The chunk mapped at p: its mapped range and a *retained* allocation handle (release with
 // vmm_release). False when p is not mapped by the VMM API.
 bool vmm_chunk_at(const void* p, uint64_t* base, uint64_t* size, uint64_t* handle);

@@ -58,6 +58,12 @@ void VmmShare::close(void* base) {
 // The chunks behind [p, p+len) (chunks.h); one allocation id per distinct chunk list at a base,
 // so a chunk freed and re-created at the same address is a new allocation for every peer.
 AllocRange VmmShare::find(const void* p, size_t len) {
+  uint64_t b0 = 0, s0 = 0, h0 = 0;
+  if (!vmm_chunk_at(p, &b0, &s0, &h0))
+    throw UnsupportedError(cat("device memory [", p, ", +", len, ") cannot be exported: the legacy IPC API refuses "
+                               "it and it is not a VMM mapping either (stream-ordered pool or managed memory?). "
+                               "Publish memory from Communicator::alloc, cudaMalloc or a VMM allocation"));
+  vmm_release(h0);
   std::vector<Chunk> chunks = walk_chunks(
       reinterpret_cast<uint64_t>(p), len,
       [](uint64_t a, Chunk* out) {
