@@ -71,13 +71,13 @@ Options opts(DescriptorPassing m) {
   return o;
 }
 
-class VmmGpu : public testing::TestWithParam<DescriptorPassing> {};
+class VmmContract : public testing::TestWithParam<DescriptorPassing> {};
 
 // send_direct out of and into VMM memory: the receiver publishes a range that starts 100 bytes into
 // its first chunk and ends inside its third (partial first and last chunk); then it frees the whole
 // allocation, makes a new one (often at the same address) and publishes version 2: the sender must
 // open the new chunks, never write through the old mapping.
-TEST_P(VmmGpu, SendDirectIntoAndOutOfVmmAndRepublishAfterRealloc) {
+TEST_P(VmmContract, SendDirectIntoAndOutOfVmmAndRepublishAfterRealloc) {
   REQUIRE_GPU_DEVICES();
   const std::string uid = pltest::unique_test_id("vmm");
   std::string fails = run_ranks(2, [&](int rank) {
@@ -114,11 +114,11 @@ TEST_P(VmmGpu, SendDirectIntoAndOutOfVmmAndRepublishAfterRealloc) {
   EXPECT_EQ(fails, "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Mechanisms, VmmGpu, testing::Values(DescriptorPassing::Auto, DescriptorPassing::Socket));
+INSTANTIATE_TEST_SUITE_P(Mechanisms, VmmContract, testing::Values(DescriptorPassing::Auto, DescriptorPassing::Socket));
 
 // VMM memory created without the POSIX file descriptor handle type cannot be shared: publishing it
 // is an UnsupportedError naming the range and the reason, and nothing is half-published.
-TEST(VmmGpuErrors, MemoryWithoutExportPermissionIsUnsupported) {
+TEST(VmmContractErrors, MemoryWithoutExportPermissionIsUnsupported) {
   REQUIRE_GPU_DEVICES();
   const std::string uid = pltest::unique_test_id("vmme");
   std::string fails = run_ranks(2, [&](int rank) {
