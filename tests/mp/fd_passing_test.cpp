@@ -167,6 +167,11 @@ TEST(FdPassingChecks, RefusalsAndForgedHandles) {
         std::memcpy(forged.data, &d, sizeof d);
         MP_CHECK_THROWS(gpu::import_fds(forged, common::FdPassing::Pidfd, job, 2000, true), Error, "not the manifest");
       }
+      // Neither mechanism reaches the named process (it does not exist): one SysError naming both.
+      gpu::MemHandle gone = h;
+      gone.owner_pid = INT32_MAX;
+      MP_CHECK_THROWS(gpu::import_fds(gone, common::FdPassing::Auto, job, 2000, true), SysError, "pidfd_getfd",
+                      "socket");
       gpu::MemHandle garbage = h;
       std::memset(garbage.data, 0xab, sizeof garbage.data);
       MP_CHECK_THROWS(gpu::import_fds(garbage, common::FdPassing::Auto, job, 2000, true), Error, "malformed");
