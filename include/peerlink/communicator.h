@@ -24,6 +24,8 @@ struct CommStats {
   uint64_t exports = 0;       // allocations exported (once per allocation)
   uint64_t opens = 0;         // peer allocations mapped (once per peer allocation)
   uint64_t closes = 0;        // mappings closed
+  uint64_t exports_fd = 0;    // of the exports, by file descriptor (VMM on GPUs, memfd on host)
+  uint64_t opens_fd = 0;      // of the opens, by file descriptor
   uint64_t sends_done_seq = 0;
   uint64_t sends_ring = 0;
   uint64_t sends_relay = 0;

@@ -44,6 +44,13 @@ enum class CollAlgo {
   Push,  // chunks pushed into the receivers' mapped scratch, per-block flags
 };
 
+// How memory exported by file descriptor reaches a peer (Options::fd_passing / PEERLINK_FD_PASSING).
+enum class DescriptorPassing {
+  Auto,    // pidfd_getfd where the kernel allows it (ptrace permission), else the job's Unix socket
+  Pidfd,   // pidfd_getfd only (no socket thread in the exporter); EPERM is an error
+  Socket,  // SCM_RIGHTS over the exporter's abstract Unix socket only
+};
+
 // Upper bound of Options::allreduce_blocks: the flag area holds this many blocks per rank
 // (collectives/layout.h kMaxBlocks, checked there with a static_assert).
 constexpr int kMaxAllreduceBlocks = 160;
@@ -75,6 +82,16 @@ struct Options {
   // Fault injection for tests: the higher rank of every pair never opens the done_seq channel
   // (PEERLINK_TEST_CHANNEL_NEVER_READY=1), exercising the ring fallback.
   bool test_channel_never_ready = false;
+
+  // ---- memory exported by file descriptor (GPU VMM allocations; host memfd memory).
+  DescriptorPassing fd_passing = DescriptorPassing::Auto;  // PEERLINK_FD_PASSING=auto|pidfd|socket
+  // Host backend: alloc() makes memfd chunks mapped back to back and exported by descriptor, like a
+  // VMM allocation on a GPU, instead of one named POSIX SHM segment (PEERLINK_HOST_FD=0|1). On by
+  // default so that every host run (CI) exercises the descriptor machinery GPUs use for VMM memory;
+  // 0 = the named segments (the transport's own control/pair/relay segments are named either way).
+  bool host_fd = true;
+  // Host fd memory: bytes per memfd chunk, page-rounded (PEERLINK_HOST_CHUNK_BYTES; 0 = one chunk).
+  size_t host_chunk_bytes = 0;
 
   // ---- allreduce tuning (collectives/), read when a communicator is created like everything else;
   // the collectives state applies them on its first allreduce. 0 / -1 = the measured defaults.

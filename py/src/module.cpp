@@ -339,6 +339,8 @@ void register_comm(py::module_& m) {
         d["exports"] = s.exports;
         d["opens"] = s.opens;
         d["closes"] = s.closes;
+        d["exports_fd"] = s.exports_fd;  // by file descriptor: VMM (expandable segments) on GPUs
+        d["opens_fd"] = s.opens_fd;
         d["sends_done_seq"] = s.sends_done_seq;
         d["sends_ring"] = s.sends_ring;
         d["sends_relay"] = s.sends_relay;

@@ -17,7 +17,8 @@ bool fits(uint64_t off, uint64_t need, uint64_t alloc) { return off <= alloc && 
 
 void check_area(int from, const char* name, const gpu::MemHandle& h, uint64_t off, uint64_t need, uint64_t align,
                 gpu::HandleKind kind) {
-  if (h.kind != kind)
+  // Host scratch may be memfd memory exported by descriptor (Options::host_fd).
+  if (h.kind != kind && !(kind == gpu::HandleKind::HostShm && h.kind == gpu::HandleKind::HostFd))
     throw InvalidArgument(cat("allreduce setup: rank ", from, "'s ", name, " handle has kind ",
                               static_cast<uint32_t>(h.kind), ", expected ", static_cast<uint32_t>(kind),
                               kind == gpu::HandleKind::HostShm ? " (host SHM)" : " (device IPC)"));

@@ -39,6 +39,7 @@ constexpr Range kRelayChunk{"relay_chunk_bytes", "PEERLINK_RELAY_CHUNK_BYTES", 4
 constexpr Range kRelaySlots{"relay_slots", "PEERLINK_RELAY_SLOTS", 2, 64};
 constexpr Range kStripeStreams{"stripe_streams", "PEERLINK_STRIPE_STREAMS", 1, 16};
 constexpr Range kStripeThreshold{"stripe_threshold", "PEERLINK_STRIPE_THRESHOLD", 4096, 1LL << 40};
+constexpr Range kHostChunk{"host_chunk_bytes", "PEERLINK_HOST_CHUNK_BYTES", 0, 1LL << 40};
 constexpr Range kKernelCopyMax{"kernel_copy_max", "PEERLINK_KERNEL_COPY_MAX", 0, 1LL << 30};
 // 0 = the backend's default; otherwise at least one 16-byte vector per rank position.
 constexpr Range kScratch{"allreduce_scratch_bytes", "PEERLINK_ALLREDUCE_SCRATCH_BYTES", 0, 1LL << 32};
@@ -199,6 +200,15 @@ Options Options::from_env() {
   if (const char* v = env(kKernelCopyMax.var)) o.kernel_copy_max = static_cast<size_t>(parse_int(kKernelCopyMax, v));
   if (const char* v = env("PEERLINK_TEST_CHANNEL_NEVER_READY"))
     o.test_channel_never_ready = parse_bool("PEERLINK_TEST_CHANNEL_NEVER_READY", v);
+  if (const char* v = env("PEERLINK_FD_PASSING")) {
+    std::string s = lower(v);
+    if (s == "auto") o.fd_passing = DescriptorPassing::Auto;
+    else if (s == "pidfd") o.fd_passing = DescriptorPassing::Pidfd;
+    else if (s == "socket") o.fd_passing = DescriptorPassing::Socket;
+    else throw InvalidArgument(cat("PEERLINK_FD_PASSING='", v, "' is not one of auto, pidfd, socket"));
+  }
+  if (const char* v = env("PEERLINK_HOST_FD")) o.host_fd = parse_bool("PEERLINK_HOST_FD", v);
+  if (const char* v = env(kHostChunk.var)) o.host_chunk_bytes = static_cast<size_t>(parse_int(kHostChunk, v));
   if (const char* v = env(kScratch.var)) {
     long long x = parse_int(kScratch, v);
     if (x != 0 && x < kScratchMin)
@@ -227,6 +237,9 @@ void Options::validate() const {
   check(kStripeStreams, stripe_streams);
   check_size(kStripeThreshold, stripe_threshold);
   check_size(kKernelCopyMax, kernel_copy_max);
+  check_size(kHostChunk, host_chunk_bytes);
+  if (static_cast<int>(fd_passing) < 0 || static_cast<int>(fd_passing) > static_cast<int>(DescriptorPassing::Socket))
+    throw InvalidArgument(cat("Options::fd_passing ", static_cast<int>(fd_passing), " is not a DescriptorPassing"));
   if (!p2p_level.empty() && !valid_p2p_level(p2p_level))
     throw InvalidArgument(cat("PEERLINK_P2P_LEVEL='", p2p_level, "' is not one of LOC, NVL, PIX, PXB, PHB, SYS or 0-4"));
   parse_allreduce_algo(allreduce_algo);  // throws naming the string

@@ -7,11 +7,19 @@
 #include <memory>
 #include <string>
 
+#include <vector>
+
+#include "common/fd_pass.h"
 #include "gpu/runtime.h"
+#include "peerlink/log_level.h"
 
 namespace peerlink::gpu {
 
-enum class HandleKind : uint32_t { None = 0, HostShm = 1, DeviceIpc = 2 };
+// HostShm / DeviceIpc: by name (segment name, legacy runtime IPC handle). HostFd / DeviceVmm: by file
+// descriptor (memfd chunks / cuMemExportToShareableHandle chunks), data holds an FdHandleData
+// (fd_export.h) and the importer fetches the descriptors from owner_pid (pidfd_getfd or socket).
+enum class HandleKind : uint32_t { None = 0, HostShm = 1, DeviceIpc = 2, HostFd = 3, DeviceVmm = 4 };
+inline bool is_fd_handle(HandleKind k) { return k == HandleKind::HostFd || k == HandleKind::DeviceVmm; }
 
 // What travels through SHM to let a peer map an allocation. Plain data: readers must validate.
 struct MemHandle {
@@ -80,9 +88,24 @@ class Backend {
   // owns and that never run user code (the transport's workers), once when they start. Every
   // other entry point sets and restores the device itself (gpu::DeviceGuard). No-op on host.
   virtual void bind_worker_thread() {}
+  // The pids of the job's other ranks: the only processes allowed to fetch this process's exported
+  // descriptors from its socket, and the only owners whose descriptors open() fetches.
+  // The job's processes by rank (0 for this rank): descriptor handles are accepted from these only,
+  // and a handle sent by rank r must name rank r's process.
+  virtual void set_peer_pids(const std::vector<int32_t>& pids_by_rank) {}
+};
+
+// Backend settings the transport passes down from Options.
+struct BackendOptions {
+  std::string job_prefix;        // names the descriptor socket (common/fd_pass.h)
+  bool host_fd = false;          // host backend: alloc() makes memfd chunks exported by descriptor
+  size_t host_chunk_bytes = 0;   // host fd memory: bytes per chunk (0: one chunk per allocation)
+  common::FdPassing fd_passing = common::FdPassing::Auto;
+  int timeout_ms = 60000;        // bound of a descriptor request
+  LogLevel log_level = LogLevel::Warn;
 };
 
 // device == -1: host backend with segments named `shm_prefix` + "m<n>"; else the GPU `device`.
-std::unique_ptr<Backend> make_backend(int device, const std::string& shm_prefix);
+std::unique_ptr<Backend> make_backend(int device, const std::string& shm_prefix, const BackendOptions& opts = {});
 
 }  // namespace peerlink::gpu

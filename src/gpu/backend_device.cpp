@@ -1,5 +1,6 @@
 // Device backend: CUDA/HIP memory through the shim (runtime.h). Exported with the runtime's legacy
-// IPC handles; copies run on copy-engine streams and complete through events. Every stream, event,
+// IPC handles, or, for VMM memory the legacy API cannot export (cuMemCreate + cuMemMap: PyTorch
+// expandable segments), chunk by chunk as POSIX file descriptors (vmm.h, fd_export.h); copies run on copy-engine streams and complete through events. Every stream, event,
 // IPC mapping and host registration is held by an owner (owners.h), and every entry point that may
 // run on a caller's thread sets the device with a DeviceGuard, which gives the caller's device back.
 #include <cstring>
@@ -11,6 +12,8 @@
 #include "common/log.h"
 #include "gpu/backend.h"
 #include "gpu/owners.h"
+#include "gpu/vmm.h"
+#include "gpu/vmm_share.h"
 #include "peerlink/errors.h"
 
 namespace peerlink::gpu {
@@ -132,7 +135,7 @@ class DeviceCopyQueue final : public CopyQueue {
 
 class DeviceBackend final : public Backend {
  public:
-  explicit DeviceBackend(int dev) : dev_(dev) {
+  DeviceBackend(int dev, const BackendOptions& o) : dev_(dev), vmm_(dev, o) {
     int n = device_count();
     if (dev < 0 || dev >= n)
       throw InvalidArgument(cat("device ", dev, " does not exist (", runtime_name(), " sees ", n, " device(s))"));
@@ -187,17 +190,14 @@ class DeviceBackend final : public Backend {
     DeviceGuard dg(dev_);
     if (!is_device_pointer(p))
       throw InvalidArgument(cat("pointer ", p, " is not device memory (device ", dev_, ")"));
+    // VMM first: its address range is one chunk, and the range may span several (vmm_share.h).
+    if (vmm_needs_fd_export(p)) return vmm_.find(p, len);
     AddressRange r = address_range(p);
     auto c = static_cast<const char*>(p);
     auto base = static_cast<char*>(r.base);
     if (len > static_cast<size_t>(base + r.size - c))
       throw InvalidArgument(cat("range [", p, ", +", len, ") runs past the end of its allocation (", r.size,
                                 " bytes at ", r.base, ")"));
-    if (!ipc_capable(base))
-      throw UnsupportedError(cat("device memory at ", p, " (allocation ", r.base, ", ", r.size,
-                                 " bytes) cannot be exported with CUDA/HIP IPC handles: it is VMM memory "
-                                 "(e.g. PyTorch expandable_segments). Allocate it with Communicator::alloc "
-                                 "or disable expandable segments."));
     // The runtime's buffer id tells a re-allocation at the same address apart from the old one.
     uint64_t id = buffer_id(base);
     if (id != 0) return AllocRange{base, r.size, id};
@@ -210,6 +210,9 @@ class DeviceBackend final : public Backend {
 
   MemHandle export_allocation(const AllocRange& r) override {
     DeviceGuard dg(dev_);
+    RelaxedCaptureMode relaxed;  // legal while a stream of the process is being captured
+    MemHandle vh;
+    if (vmm_.export_range(r, &vh)) return vh;
     MemHandle h;
     h.kind = HandleKind::DeviceIpc;
     h.alloc_id = r.alloc_id;
@@ -222,14 +225,17 @@ class DeviceBackend final : public Backend {
   // Mappings are owned here until close(): whatever the transport leaves open is closed when the
   // backend goes. A multimap: the runtime may hand out one address for two opens (refcounted).
   void* open(const MemHandle& h) override {
+    if (h.kind == HandleKind::DeviceVmm) return vmm_.open(h);
     if (h.kind != HandleKind::DeviceIpc) throw Error("device backend cannot open a host SHM handle");
+    RelaxedCaptureMode relaxed;  // opening is no stream work: legal while a stream is captured
     IpcMapping m = IpcMapping::open(dev_, h.data);
     void* base = m.get();
     std::lock_guard<std::mutex> g(mu_);
     mappings_.emplace(base, std::move(m));
     return base;
   }
-  void close(const MemHandle&, void* base) override {
+  void close(const MemHandle& h, void* base) override {
+    if (h.kind == HandleKind::DeviceVmm) return vmm_.close(base);
     IpcMapping m;
     {
       std::lock_guard<std::mutex> g(mu_);
@@ -265,8 +271,15 @@ class DeviceBackend final : public Backend {
     memcpy_sync(dst, src, bytes);
   }
   void bind_worker_thread() override { set_device(dev_); }
+  void set_peer_pids(const std::vector<int32_t>& pids_by_rank) override {  // 0 = this rank
+    std::vector<int32_t> pids;
+    for (int32_t p : pids_by_rank)
+      if (p > 0) pids.push_back(p);
+    vmm_.set_peer_pids(pids);
+  }
 
  private:
+
   int dev_;
   std::mutex mu_;
   std::map<char*, size_t> owned_;
@@ -274,10 +287,13 @@ class DeviceBackend final : public Backend {
   std::multimap<void*, IpcMapping> mappings_;          // open() -> close()
   std::map<void*, HostRegistration> pins_;             // pin() -> unpin()
   uint64_t next_id_ = 0;
+  VmmShare vmm_;  // VMM memory shared by file descriptor (vmm_share.h)
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_device_backend(int device) { return std::make_unique<DeviceBackend>(device); }
+std::unique_ptr<Backend> make_device_backend(int device, const BackendOptions& opts) {
+  return std::make_unique<DeviceBackend>(device, opts);
+}
 
 }  // namespace peerlink::gpu

@@ -36,6 +36,19 @@ struct Api {
   CUresult (*get_range)(CUdeviceptr*, size_t*, CUdeviceptr);
   CUresult (*ptr_attr)(void*, CUpointer_attribute, CUdeviceptr);
   CUresult (*write_value64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+  // Virtual memory management (vmm.cpp): export/import of VMM chunks by file descriptor.
+  CUresult (*mem_retain)(CUmemGenericAllocationHandle*, void*);
+  CUresult (*mem_release)(CUmemGenericAllocationHandle);
+  CUresult (*mem_export)(void*, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long);
+  CUresult (*mem_import)(CUmemGenericAllocationHandle*, void*, CUmemAllocationHandleType);
+  CUresult (*mem_props)(CUmemAllocationProp*, CUmemGenericAllocationHandle);
+  CUresult (*mem_reserve)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);
+  CUresult (*mem_free_va)(CUdeviceptr, size_t);
+  CUresult (*mem_map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+  CUresult (*mem_unmap)(CUdeviceptr, size_t);
+  CUresult (*mem_set_access)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t);
+  CUresult (*mem_create)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long);
+  CUresult (*mem_granularity)(size_t*, const CUmemAllocationProp*, CUmemAllocationGranularity_flags);
   Api() {
     load(get_error_string, "cuGetErrorString");
     load(ctx_get_current, "cuCtxGetCurrent");
@@ -46,6 +59,18 @@ struct Api {
     load(get_range, "cuMemGetAddressRange");
     load(ptr_attr, "cuPointerGetAttribute");
     load(write_value64, "cuStreamWriteValue64");
+    load(mem_retain, "cuMemRetainAllocationHandle");
+    load(mem_release, "cuMemRelease");
+    load(mem_export, "cuMemExportToShareableHandle");
+    load(mem_import, "cuMemImportFromShareableHandle");
+    load(mem_props, "cuMemGetAllocationPropertiesFromHandle");
+    load(mem_reserve, "cuMemAddressReserve");
+    load(mem_free_va, "cuMemAddressFree");
+    load(mem_map, "cuMemMap");
+    load(mem_unmap, "cuMemUnmap");
+    load(mem_set_access, "cuMemSetAccess");
+    load(mem_create, "cuMemCreate");
+    load(mem_granularity, "cuMemGetAllocationGranularity");
   }
   template <typename Fn>
   static void load(Fn& f, const char* sym) {

@@ -268,6 +268,8 @@ CommStats CommImpl::stats() const {
     auto& c = transport_->ipc().counters();
     st.exports = c.exports.load();
     st.opens = c.opens.load();
+    st.exports_fd = c.exports_fd.load();
+    st.opens_fd = c.opens_fd.load();
     st.closes = c.closes.load();
     st.sends_done_seq = transport_->sends_done_seq.load();
     st.sends_ring = transport_->sends_ring.load();

@@ -67,6 +67,7 @@ gpu::MemHandle IpcManager::export_range(const void* p, size_t len, uint64_t* off
       process_exports()[h.owner_base] = ProcessExport{h.kind, h.alloc_id, h.alloc_bytes, this, rank_};
     }
     ctr_.exports.fetch_add(1, std::memory_order_relaxed);
+    if (gpu::is_fd_handle(h.kind)) ctr_.exports_fd.fetch_add(1, std::memory_order_relaxed);
   }
   *offset = static_cast<uint64_t>(static_cast<const char*>(p) - r.base);
   return it->second.handle;
@@ -104,6 +105,7 @@ std::shared_ptr<Mapping> IpcManager::open_locked(int peer, const gpu::MemHandle&
   } else {
     char* base = static_cast<char*>(be_.open_from(h, peer));
     ctr_.opens.fetch_add(1, std::memory_order_relaxed);
+    if (gpu::is_fd_handle(h.kind)) ctr_.opens_fd.fetch_add(1, std::memory_order_relaxed);
     m = std::make_shared<Mapping>(be_, ctr_, h, base, true);
   }
   mappings_[k] = m;

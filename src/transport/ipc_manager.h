@@ -18,6 +18,8 @@ namespace peerlink::detail {
 
 struct IpcCounters {
   std::atomic<uint64_t> exports{0}, opens{0}, closes{0};
+  // Of those, the ones by file descriptor (VMM chunks on GPUs, memfd chunks on the host backend).
+  std::atomic<uint64_t> exports_fd{0}, opens_fd{0};
 };
 
 // One mapped peer allocation. Closing happens in the destructor, when the last user lets go.

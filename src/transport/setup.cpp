@@ -31,7 +31,14 @@ Transport::Transport(const std::string& unique_id, int rank, int world, int devi
     : rank_(rank), world_(world), device_(device), opts_(opts) {
   // The bootstrap carries no transport state: join information goes through its allgather.
   boot_ = std::make_unique<bootstrap::Bootstrap>(unique_id, rank, world, opts.timeout, opts.interrupt_check);
-  backend_ = gpu::make_backend(device, common::cat(boot_->job_prefix(), "r", rank, "_"));
+  gpu::BackendOptions bo;
+  bo.job_prefix = boot_->job_prefix();
+  bo.host_fd = opts.host_fd;
+  bo.host_chunk_bytes = opts.host_chunk_bytes;
+  bo.fd_passing = static_cast<common::FdPassing>(opts.fd_passing);  // same order (options.h, fd_pass.h)
+  bo.timeout_ms = static_cast<int>(std::min<long long>(opts.timeout.count(), INT32_MAX));
+  bo.log_level = opts.log_level;
+  backend_ = gpu::make_backend(device, common::cat(boot_->job_prefix(), "r", rank, "_"), bo);
   ipc_ = std::make_unique<IpcManager>(*backend_, common::self_proc_id(), rank);
   try {
     setup_links();
@@ -104,6 +111,11 @@ void Transport::setup_links() {
                      cat("rank ", rank_, " <-> ", p, ": ", to_string(peer->path), " (", choices[p].reason, ")"));
     peers_[p] = std::move(peer);
   }
+  // Only the job's ranks may fetch this process's exported descriptors (and only theirs are opened).
+  std::vector<int32_t> pids(world_, 0);  // by rank; 0 = this rank (no peer)
+  for (int p = 0; p < world_; ++p)
+    if (p != rank_) pids[p] = boot_->slot(p).pid;
+  backend_->set_peer_pids(pids);
 
   // 2. Create what this rank owns: the control segment (rank 0), the pair segment it receives on,
   //    the channel when it is the lower rank, the relay ring it sends into.

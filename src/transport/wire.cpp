@@ -12,7 +12,7 @@ using common::cat;
 
 Publication parse_publication(const RegRecord& r, uint32_t buf_id) {
   const gpu::MemHandle& h = r.handle;
-  bool kind_ok = h.kind == gpu::HandleKind::HostShm || h.kind == gpu::HandleKind::DeviceIpc;
+  bool kind_ok = h.kind == gpu::HandleKind::HostShm || h.kind == gpu::HandleKind::DeviceIpc || gpu::is_fd_handle(h.kind);
   bool name_ok = h.kind != gpu::HandleKind::HostShm || std::memchr(h.data, 0, sizeof h.data) != nullptr;
   if (r.buf_id != buf_id || (r.state != kRegPublished && r.state != kRegRevoked) || r.version == 0 || r.len == 0 ||
       r.offset > h.alloc_bytes || r.len > h.alloc_bytes - r.offset || !kind_ok || !name_ok)
