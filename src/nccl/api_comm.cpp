@@ -107,8 +107,10 @@ ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int 
       ncclResult_t r = real->ncclCommInitRankConfig(&raw->real, raw->nranks, real_id, raw->rank,
                                                     copy_cfg ? &cfg : config);
       raw->init_result = r;
-      raw->ready = r == ncclSuccess;
-      if (r != ncclSuccess) set_last_error(std::string(what) + ": real NCCL: " + real->ncclGetErrorString(r));
+      // A nonblocking config (blocking = 0) answers ncclInProgress: usable once the real NCCL's
+      // ncclCommGetAsyncError says so, which ours forwards.
+      raw->ready = r == ncclSuccess || r == ncclInProgress;
+      if (r != ncclSuccess && r != ncclInProgress) set_last_error(std::string(what) + ": real NCCL: " + real->ncclGetErrorString(r));
       return r;
     }
     try {

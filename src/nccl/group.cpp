@@ -7,8 +7,14 @@
 // batches of two communicators of this process ran one after the other on this thread: rank 0's
 // batch would wait for rank 1's, which has not started. So when a group holds more than one
 // batch, each runs on its own thread and group end joins them; a group of one batch (the usual
-// one-communicator-per-process case) runs on the calling thread, with no thread cost.
+// one-communicator-per-process case) runs on the calling thread, with no thread cost. The extra
+// threads are parked helpers (Helpers below), not created per group: a thread creation costs tens
+// of microseconds, which an eager nccl-tests -g 2 iteration would pay every time.
 // Ops of communicators routed to the real NCCL form one batch issued inside a real NCCL group.
+#include <pthread.h>
+
+#include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -26,6 +32,82 @@ struct GroupState {
   ncclResult_t deferred_error = ncclSuccess;  // an op rejected while queued: reported at group end
 };
 thread_local GroupState g_group;
+
+// Parked helper threads. A dispatcher takes idle helpers (creating one when none is idle, so
+// concurrent group ends of several threads never wait for each other), hands each a task, runs its
+// own task, and waits for the helpers: a short spin (their batches are usually microseconds of
+// launches), then the condition variable.
+class Helpers {
+ public:
+  void run(std::vector<std::function<void()>>& tasks) {
+    std::atomic<size_t> left{tasks.size() - 1};
+    std::mutex done_mu;
+    std::condition_variable done_cv;
+    for (size_t i = 1; i < tasks.size(); ++i) {
+      Worker* w = take();
+      std::lock_guard<std::mutex> g(w->mu);
+      w->task = [&, i] {
+        tasks[i]();
+        // Decrement under the lock: the dispatcher returns (ending done_mu's life) only once it
+        // held the lock and saw zero, so no helper can still be inside it.
+        std::lock_guard<std::mutex> d(done_mu);
+        if (left.fetch_sub(1) == 1) done_cv.notify_one();
+      };
+      w->cv.notify_one();
+    }
+    tasks[0]();
+    for (int spin = 0; spin < 2000 && left.load() != 0; ++spin) std::this_thread::yield();
+    std::unique_lock<std::mutex> d(done_mu);
+    done_cv.wait(d, [&] { return left.load() == 0; });
+  }
+
+  // After fork the helpers do not exist in the child: start over (the old objects are leaked).
+  static Helpers*& instance() {
+    static Helpers* h = [] {
+      pthread_atfork(nullptr, nullptr, [] { instance() = new Helpers; });
+      return new Helpers;
+    }();
+    return h;
+  }
+
+ private:
+  struct Worker {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::function<void()> task;
+  };
+
+  Worker* take() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (!idle_.empty()) {
+        Worker* w = idle_.back();
+        idle_.pop_back();
+        return w;
+      }
+    }
+    Worker* w = new Worker;  // lives as long as the process (helpers are never joined)
+    std::thread([this, w] { loop(w); }).detach();
+    return w;
+  }
+
+  void loop(Worker* w) {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> g(w->mu);
+        w->cv.wait(g, [&] { return static_cast<bool>(w->task); });
+        task.swap(w->task);
+      }
+      task();
+      std::lock_guard<std::mutex> g(mu_);
+      idle_.push_back(w);
+    }
+  }
+
+  std::mutex mu_;
+  std::vector<Worker*> idle_;
+};
 
 // Runs one peerlink communicator's ops: inits, then collectives in call order, then every p2p op
 // inside one peerlink group (see shim.h for why that order is safe).
@@ -111,10 +193,9 @@ ncclResult_t run_all(std::vector<Op>& ops) {
   };
   if (order.size() == 1) return run_one(order[0]);
   std::vector<ncclResult_t> res(order.size(), ncclSuccess);
-  std::vector<std::thread> threads;
-  for (size_t i = 1; i < order.size(); ++i) threads.emplace_back([&, i] { res[i] = run_one(order[i]); });
-  res[0] = run_one(order[0]);
-  for (auto& t : threads) t.join();
+  std::vector<std::function<void()>> tasks;
+  for (size_t i = 0; i < order.size(); ++i) tasks.emplace_back([&, i] { res[i] = run_one(order[i]); });
+  Helpers::instance()->run(tasks);
   for (ncclResult_t r : res)
     if (r != ncclSuccess) return r;
   return ncclSuccess;

@@ -60,7 +60,9 @@ struct ncclComm {
   // forwarded op on Route::Peerlink (real_mu guards that creation).
   ncclComm_t real = nullptr;
   std::mutex real_mu;
-  bool used_allreduce = false;  // allreduce_check only after an allreduce (it would set up state)
+  // allreduce_check only after an allreduce (it would set up state); read by a watchdog thread
+  // (torch polls ncclCommGetAsyncError) while the op's thread sets it.
+  std::atomic<bool> used_allreduce{false};
   std::atomic<int> async_error{ncclSuccess};
   int split_count = 0;          // children created by ncclCommSplit (distinct peerlink ids)
   bool ready = false;           // init finished (deferred inits in a group fill it at group end)
