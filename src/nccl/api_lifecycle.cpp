@@ -1,5 +1,6 @@
 // ncclCommSplit/Shrink, Finalize/Destroy/Abort/Revoke, GetAsyncError, Count/CuDevice/UserRank.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "real_nccl.h"
@@ -141,6 +142,15 @@ static ncclResult_t destroy(ncclComm_t comm, bool abort, const char* what) {
   if (comm->log.info) log_line("INFO", "comm %p rank %d/%d: %s", static_cast<void*>(comm), comm->rank, comm->nranks, what);
   delete comm;
   return res;
+}
+
+ncclComm::~ncclComm() {
+  if (!stage) return;
+  try {
+    if (device < 0) std::free(stage);
+    else device::free(stage);
+  } catch (...) {  // a destructor reports nothing; the device is likely gone already
+  }
 }
 
 PL_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) { return destroy(comm, false, "ncclCommDestroy"); }

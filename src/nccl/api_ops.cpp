@@ -139,9 +139,9 @@ ncclResult_t forward(ncclComm* c, const char* what, ncclRedOp_t op, F call) {
   return submit(std::move(o));
 }
 
-// Queues a peerlink call; exceptions become the NCCL code and the last error.
+// A peerlink call as an op; exceptions become the NCCL code and the last error.
 template <class F>
-ncclResult_t on_peerlink(ncclComm* c, const char* what, OpKind kind, F call) {
+Op peerlink_op(ncclComm* c, const char* what, OpKind kind, F call) {
   Op o;
   o.comm = c;
   o.kind = kind;
@@ -156,7 +156,12 @@ ncclResult_t on_peerlink(ncclComm* c, const char* what, OpKind kind, F call) {
       return r;
     }
   };
-  return submit(std::move(o));
+  return o;
+}
+
+template <class F>
+ncclResult_t on_peerlink(ncclComm* c, const char* what, OpKind kind, F call) {
+  return submit(peerlink_op(c, what, kind, call));
 }
 
 // A stream-ordered local copy (host backend: memcpy).
@@ -227,7 +232,13 @@ PL_NCCL_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDat
     });
   say(comm, what, "peerlink send");
   size_t bytes = count * type_size(datatype);
-  return on_peerlink(comm, what, OpKind::P2p, [=] { p2p_send(comm, peer, sendbuff, bytes, stream); });
+  auto src = std::make_shared<const void*>(sendbuff);
+  Op o = peerlink_op(comm, what, OpKind::P2p, [=] { p2p_send(comm, peer, *src, bytes, stream); });
+  o.send_src = static_cast<const char*>(sendbuff);
+  o.send_bytes = bytes;
+  o.stream = stream;
+  o.src = src;
+  return submit(std::move(o));
 }
 
 PL_NCCL_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
@@ -240,7 +251,10 @@ PL_NCCL_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_
     });
   say(comm, what, "peerlink recv");
   size_t bytes = count * type_size(datatype);
-  return on_peerlink(comm, what, OpKind::P2p, [=] { p2p_recv(comm, peer, recvbuff, bytes, stream); });
+  Op o = peerlink_op(comm, what, OpKind::P2p, [=] { p2p_recv(comm, peer, recvbuff, bytes, stream); });
+  o.recv_dst = static_cast<char*>(recvbuff);
+  o.recv_bytes = bytes;
+  return submit(std::move(o));
 }
 
 PL_NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,

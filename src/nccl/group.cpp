@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -109,6 +110,40 @@ class Helpers {
   std::vector<Worker*> idle_;
 };
 
+bool overlaps(const char* a, size_t an, const char* b, size_t bn) { return an && bn && a < b + bn && b < a + an; }
+
+// A send whose source overlaps a receive destination of the batch reads a staged copy instead
+// (ncclComm::stage): peerlink's group moves both at once, so the receive could otherwise land
+// before the send read those bytes. The copies run on each send's stream ahead of the group.
+void stage_overlapping_sends(ncclComm* comm, std::vector<Op*>& ops) {
+  size_t need = 0;
+  std::vector<Op*> staged;
+  for (Op* s : ops) {
+    if (!s->send_bytes) continue;
+    for (Op* r : ops)
+      if (overlaps(s->send_src, s->send_bytes, r->recv_dst, r->recv_bytes)) {
+        staged.push_back(s);
+        need += (s->send_bytes + 255) / 256 * 256;
+        break;
+      }
+  }
+  if (staged.empty()) return;
+  if (need > comm->stage_bytes) {
+    void* fresh = comm->device < 0 ? std::malloc(need) : device::alloc(need);
+    if (!fresh) throw std::bad_alloc();
+    if (comm->stage) comm->device < 0 ? std::free(comm->stage) : device::free(comm->stage);
+    comm->stage = fresh;
+    comm->stage_bytes = need;
+  }
+  char* at = static_cast<char*>(comm->stage);
+  for (Op* s : staged) {
+    if (comm->device < 0) std::memcpy(at, s->send_src, s->send_bytes);
+    else device::copy_async(at, s->send_src, s->send_bytes, s->stream);
+    *s->src = at;
+    at += (s->send_bytes + 255) / 256 * 256;
+  }
+}
+
 // Runs one peerlink communicator's ops: inits, then collectives in call order, then every p2p op
 // inside one peerlink group (see shim.h for why that order is safe).
 ncclResult_t run_peerlink_batch(ncclComm* comm, std::vector<Op*>& ops) {
@@ -125,6 +160,12 @@ ncclResult_t run_peerlink_batch(ncclComm* comm, std::vector<Op*>& ops) {
   for (Op* op : ops) any_p2p = any_p2p || op->kind == OpKind::P2p;
   if (!any_p2p) return first;
   if (!comm->pl) return first != ncclSuccess ? first : ncclInvalidUsage;
+  try {
+    stage_overlapping_sends(comm, ops);
+  } catch (const std::exception& e) {
+    set_last_error(std::string("ncclGroupEnd: staging an in-place send: ") + e.what());
+    return result_of(e);
+  }
   try {
     comm->pl->group_start();
   } catch (const std::exception& e) {

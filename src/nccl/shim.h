@@ -90,6 +90,13 @@ struct ncclComm {
     size_t bytes;
   };
   std::deque<SelfMsg> self_sends, self_recvs;
+  // Staging for a send whose source overlaps a receive destination of the same group (in-place
+  // sendrecv, as nccl-tests runs it): the source is copied here first, in stream order, so the
+  // receive cannot overwrite bytes the send has not read yet. Grown on demand (the first eager
+  // call at the largest size sizes it, before any capture), freed with the communicator.
+  void* stage = nullptr;
+  size_t stage_bytes = 0;
+  ~ncclComm();
 };
 
 namespace peerlink::nccl {
@@ -103,6 +110,14 @@ struct Op {
   ncclComm* comm = nullptr;
   OpKind kind = OpKind::Collective;
   std::function<ncclResult_t()> run;
+  // Plain ncclSend / ncclRecv: the ranges, for the overlap check of the batch (group.cpp); a send
+  // reads its source through `src` (replaced by the staged copy when it overlaps a receive).
+  const char* send_src = nullptr;
+  size_t send_bytes = 0;
+  char* recv_dst = nullptr;
+  size_t recv_bytes = 0;
+  void* stream = nullptr;
+  std::shared_ptr<const void*> src;
 };
 bool in_group();
 ncclResult_t submit(Op op);

@@ -234,6 +234,17 @@ TEST(NcclApi, ThreeProcessesCollectivesAndP2p) {
     CHECK_NCCL(ncclRecv(r.data(), r.size(), ncclInt64, (rank + n - 1) % n, c, nullptr));
     CHECK_NCCL(ncclGroupEnd());
     for (size_t i = 0; i < r.size(); ++i) CHECK(r[i] == ((rank + n - 1) % n) * 100000 + static_cast<int64_t>(i));
+    // In place (sendrecv_perf's in-place run): send from and receive into the same buffer.
+    std::vector<int32_t> ip(100000);
+    for (size_t i = 0; i < ip.size(); ++i) ip[i] = rank * 1000000 + static_cast<int32_t>(i);
+    for (int iter = 0; iter < 2; ++iter) {
+      CHECK_NCCL(ncclGroupStart());
+      CHECK_NCCL(ncclSend(ip.data(), ip.size(), ncclInt32, (rank + 1) % n, c, nullptr));
+      CHECK_NCCL(ncclRecv(ip.data(), ip.size(), ncclInt32, (rank + n - 1) % n, c, nullptr));
+      CHECK_NCCL(ncclGroupEnd());
+    }
+    for (size_t i = 0; i < ip.size(); i += 997)
+      CHECK(ip[i] == ((rank + 2 * (n - 1)) % n) * 1000000 + static_cast<int32_t>(i));
     // Broadcast from rank 1 (int8: no arithmetic, any dtype), in place with ncclBcast too.
     std::vector<int8_t> b(333, static_cast<int8_t>(rank == 1 ? 42 : 0));
     CHECK_NCCL(ncclBcast(b.data(), b.size(), ncclInt8, 1, c, nullptr));
