@@ -199,7 +199,11 @@ PL_NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nr
     if (res != ncclSuccess) return res;
     ncclComm parent;
     parent.opts = o;
-    parent.device = device::current();
+    try {
+      parent.device = device::current();
+    } catch (const std::exception& e) {
+      set_last_error(std::string("ncclCommInitRankScalable: current device: ") + e.what());
+    }
     *newcomm = wrap_real(&parent, r);
     return ncclSuccess;
   }

@@ -210,7 +210,8 @@ PL_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, 
   if (ncclResult_t r = check_args(comm, what, datatype, op, INT_MIN, count, {sendbuff, recvbuff})) return r;
   DataType dt;
   ReduceOp rop;
-  if (comm->route == Route::Peerlink && pl_dtype(datatype, op, &dt) && pl_op(op, &rop)) {
+  // peerlink's allreduce serves up to 8 ranks (one node's GPUs; UnsupportedError beyond).
+  if (comm->route == Route::Peerlink && comm->nranks <= 8 && pl_dtype(datatype, op, &dt) && pl_op(op, &rop)) {
     say(comm, what, "peerlink allreduce");
     return on_peerlink(comm, what, OpKind::Collective, [=] {
       comm->used_allreduce = true;

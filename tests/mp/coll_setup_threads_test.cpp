@@ -13,7 +13,7 @@
 
 using namespace peerlink;
 
-TEST(MpCollSetup, TwoCommunicatorsOfOneProcessSetUpConcurrently) {
+TEST(MpCollSetupThreads, TwoCommunicatorsOfOneProcessSetUpConcurrently) {
   const std::string uid = pltest::unique_test_id("collsetup");
   Options o;
   o.timeout = std::chrono::milliseconds(10000);
