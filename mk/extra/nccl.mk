@@ -10,12 +10,15 @@ NCCL_HOME ?=
 ifneq ($(NCCL_HOME),)
   NCCL_INC := $(NCCL_HOME)/include
 else
-  # Autodetect: the usual include dirs, then the pip wheel (site-packages/nvidia/nccl/include).
+  # Autodetect: the usual include dirs, then the pip wheel (site-packages/nvidia/nccl/include),
+  # asked of python only when no usual dir has nccl.h.
   NCCL_INC := $(firstword $(foreach d,/usr/local/include /usr/include $(CUDA_HOME)/include /usr/local/cuda/include,\
-                 $(if $(wildcard $(d)/nccl.h),$(d))) \
-                 $(shell $(PYTHON) -c "import importlib.util as u, os; s = u.find_spec('nvidia.nccl'); \
-                   print(next((os.path.join(p, 'include') for p in (s.submodule_search_locations or []) \
-                   if os.path.isfile(os.path.join(p, 'include', 'nccl.h'))), ''))" 2>/dev/null))
+                 $(if $(wildcard $(d)/nccl.h),$(d))))
+  ifeq ($(NCCL_INC),)
+    NCCL_INC := $(shell $(PYTHON) -c "import importlib.util as u, os; s = u.find_spec('nvidia.nccl'); \
+                  print(next((os.path.join(p, 'include') for p in (s.submodule_search_locations or []) \
+                  if os.path.isfile(os.path.join(p, 'include', 'nccl.h'))), ''))" 2>/dev/null)
+  endif
 endif
 NCCL_CUDA_INC := $(firstword $(foreach d,$(CUDA_HOME)/include /usr/local/cuda/include /usr/local/include /usr/include,\
                    $(if $(wildcard $(d)/cuda_runtime.h),$(d))))
