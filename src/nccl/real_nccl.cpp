@@ -2,6 +2,7 @@
 #include "real_nccl.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <limits.h>
 #include <stdlib.h>
 
@@ -35,6 +36,33 @@ const char* const kPlaces[] = {
     "/usr/local/cuda/targets/x86_64-linux/lib/libnccl.so.2",
 };
 
+// Next to what the process already loaded: a library directory holding libnccl.so.2 (an
+// application's own copy), and the pip layout site-packages/<pkg>/lib -> site-packages/nvidia/nccl/lib
+// (torch's libtorch_cuda.so finds the wheel's NCCL through the same relative RPATH, which an
+// LD_PRELOADed shim replaces: this is where the torch wheel's real NCCL is found).
+std::vector<std::string> beside_loaded() {
+  std::vector<std::string> dirs;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* arg) -> int {
+        auto* out = static_cast<std::vector<std::string>*>(arg);
+        std::string name = info->dlpi_name ? info->dlpi_name : "";
+        size_t slash = name.rfind('/');
+        if (slash == std::string::npos) return 0;
+        std::string dir = name.substr(0, slash);
+        for (const std::string& d : *out)
+          if (d == dir) return 0;
+        out->push_back(dir);
+        return 0;
+      },
+      &dirs);
+  std::vector<std::string> cands;
+  for (const std::string& d : dirs) {
+    cands.push_back(d + "/libnccl.so.2");
+    cands.push_back(d + "/../../nvidia/nccl/lib/libnccl.so.2");
+  }
+  return cands;
+}
+
 struct Loaded {
   RealNccl fns;
   void* handle = nullptr;
@@ -46,6 +74,7 @@ Loaded load(const std::string& configured) {
   std::string self = self_path();
   std::vector<std::string> cands;
   if (!configured.empty()) cands.push_back(configured);
+  for (const std::string& p : beside_loaded()) cands.push_back(p);
   for (const char* p : kPlaces) cands.push_back(p);
   for (const std::string& c : cands) {
     std::string rp = real_path(c);

@@ -1,5 +1,6 @@
-// The real NCCL, opened with dlopen: PEERLINK_NCCL_LIBRARY (Options::nccl_library) first, then the
-// usual install places, never this library itself (compared by realpath with dladdr of our own
+// The real NCCL, opened with dlopen: PEERLINK_NCCL_LIBRARY (Options::nccl_library) first, then
+// beside the libraries the process loaded (the torch wheel's nvidia/nccl/lib), then the usual
+// install places, never this library itself (compared by realpath with dladdr of our own
 // code: a soname lookup of "libnccl.so.2" would return us, so only absolute paths are tried).
 // Opened with RTLD_LOCAL | RTLD_DEEPBIND so that the real library's calls to its own public
 // functions bind to itself, not to the shim that exports the same names.
