@@ -100,6 +100,7 @@ struct Options {
   std::string broadcast_algo;       // PEERLINK_BROADCAST_ALGO
   std::string reduce_algo;          // PEERLINK_REDUCE_ALGO
   std::string all_to_all_algo;      // PEERLINK_ALL_TO_ALL_ALGO
+
   // ---- the NCCL-compatible library (src/nccl/, libnccl.so.2); the rest of the library ignores them.
   // The real NCCL to forward to (PEERLINK_NCCL_LIBRARY: a path to libnccl.so.2); "" = the usual places.
   std::string nccl_library;

@@ -5,11 +5,13 @@
 //                        wrapping arithmetic is bit-identical to the signed one) with sum max min prod;
 //                        anything else (int8, uint8, fp8, avg, PreMulSum, u32/u64 max/min) forwarded
 //   Send / Recv          peerlink's stream-ordered NCCL-form send/recv (any dtype); to itself: a copy
-//   Broadcast / Bcast, AllGather, AlltoAll, Gather, Scatter
-//                        peerlink send/recv inside one group, as NCCL itself builds AlltoAll, Gather and
-//                        Scatter (any dtype; in-place AlltoAll is forwarded), until the dedicated
-//                        collectives are switched on in the table below
-//   Reduce, ReduceScatter  forwarded until switched on below
+//   Broadcast / Bcast, AllGather, AlltoAll, Reduce, ReduceScatter
+//                        peerlink's collectives (table below) for the dtypes above; broadcast,
+//                        all-gather and all-to-all of other dtypes (int8, uint8, fp8) take the p2p
+//                        plan below, reduce / reduce-scatter of them are forwarded
+//   Gather, Scatter      peerlink send/recv inside one group, as NCCL itself builds them (any dtype);
+//                        the same p2p plan serves broadcast/all-gather/all-to-all when switched off
+//   in-place AlltoAll    forwarded (peerlink's all_to_all is not in place, as NCCL)
 // Forwarded = the real NCCL on a real communicator created lazily (real_comm): never silently wrong.
 #include <cstring>
 
@@ -17,13 +19,14 @@
 #include "shim.h"
 
 // ==== peerlink's own collectives (include/peerlink/collectives.h, issue 14), ONE LINE PER OP ====
-// 0 = not in this tree yet (the op takes the p2p plan or is forwarded, as described above);
-// 1 = call peerlink's collective (the code below is written against ARCHITECTURE.md's signatures).
-#define PL_NCCL_USE_PL_ALL_GATHER 0
-#define PL_NCCL_USE_PL_REDUCE_SCATTER 0
-#define PL_NCCL_USE_PL_BROADCAST 0
-#define PL_NCCL_USE_PL_REDUCE 0
-#define PL_NCCL_USE_PL_ALL_TO_ALL 0
+// 1 = call peerlink's collective (up to 8 ranks, the dtypes of pl_dtype; otherwise the p2p plan or
+// the real NCCL as described above); 0 = the p2p plan (broadcast, all-gather, all-to-all) or
+// forwarding (reduce, reduce-scatter) only.
+#define PL_NCCL_USE_PL_ALL_GATHER 1
+#define PL_NCCL_USE_PL_REDUCE_SCATTER 1
+#define PL_NCCL_USE_PL_BROADCAST 1
+#define PL_NCCL_USE_PL_REDUCE 1
+#define PL_NCCL_USE_PL_ALL_TO_ALL 1
 // ===================================================================================================
 
 using namespace peerlink;
@@ -266,7 +269,7 @@ PL_NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, 
   if (comm->route == Route::Peerlink) {
 #if PL_NCCL_USE_PL_BROADCAST
     DataType dt;
-    if (pl_dtype(datatype, ncclSum, &dt)) {  // any dtype of the same size would do: no arithmetic
+    if (comm->nranks <= 8 && pl_dtype(datatype, ncclSum, &dt)) {  // any dtype of the same size would do: no arithmetic
       say(comm, what, "peerlink broadcast");
       return on_peerlink(comm, what, OpKind::Collective,
                          [=] { broadcast(*comm->pl, sendbuff, recvbuff, count, dt, root, stream); });
@@ -298,7 +301,7 @@ PL_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, 
   if (comm->route == Route::Peerlink) {
 #if PL_NCCL_USE_PL_ALL_GATHER
     DataType dt;
-    if (pl_dtype(datatype, ncclSum, &dt)) {
+    if (comm->nranks <= 8 && pl_dtype(datatype, ncclSum, &dt)) {
       say(comm, what, "peerlink all_gather");
       return on_peerlink(comm, what, OpKind::Collective,
                          [=] { all_gather(*comm->pl, sendbuff, recvbuff, sendcount, dt, stream); });
@@ -331,7 +334,7 @@ PL_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, s
   if (comm->route == Route::Peerlink && !in_place) {
 #if PL_NCCL_USE_PL_ALL_TO_ALL
     DataType dt;
-    if (pl_dtype(datatype, ncclSum, &dt)) {
+    if (comm->nranks <= 8 && pl_dtype(datatype, ncclSum, &dt)) {
       say(comm, what, "peerlink all_to_all");
       return on_peerlink(comm, what, OpKind::Collective,
                          [=] { all_to_all(*comm->pl, sendbuff, recvbuff, count, dt, stream); });
@@ -404,7 +407,7 @@ PL_NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, siz
 #if PL_NCCL_USE_PL_REDUCE
   DataType dt;
   ReduceOp rop;
-  if (comm->route == Route::Peerlink && pl_dtype(datatype, op, &dt) && pl_op(op, &rop)) {
+  if (comm->route == Route::Peerlink && comm->nranks <= 8 && pl_dtype(datatype, op, &dt) && pl_op(op, &rop)) {
     say(comm, what, "peerlink reduce");
     return on_peerlink(comm, what, OpKind::Collective,
                        [=] { reduce(*comm->pl, sendbuff, recvbuff, count, dt, rop, root, stream); });
@@ -423,7 +426,7 @@ PL_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbu
 #if PL_NCCL_USE_PL_REDUCE_SCATTER
   DataType dt;
   ReduceOp rop;
-  if (comm->route == Route::Peerlink && pl_dtype(datatype, op, &dt) && pl_op(op, &rop)) {
+  if (comm->route == Route::Peerlink && comm->nranks <= 8 && pl_dtype(datatype, op, &dt) && pl_op(op, &rop)) {
     say(comm, what, "peerlink reduce_scatter");
     return on_peerlink(comm, what, OpKind::Collective,
                        [=] { reduce_scatter(*comm->pl, sendbuff, recvbuff, recvcount, dt, rop, stream); });

@@ -270,6 +270,18 @@ TEST(NcclApi, ThreeProcessesCollectivesAndP2p) {
     for (int i = 0; i < 30 * n; ++i) src[i] = 5000 + i;
     CHECK_NCCL(ncclScatter(rank == 0 ? src.data() : nullptr, sc.data(), 30, ncclInt32, 0, c, nullptr));
     for (int i = 0; i < 30; ++i) CHECK(sc[i] == 5000 + rank * 30 + i);
+    // Reduce-scatter, reduce to 1, broadcast of floats from 0 (peerlink's collectives).
+    std::vector<float> rs_in(10 * n), rs_out(10, -1.0f);
+    for (int i = 0; i < 10 * n; ++i) rs_in[i] = static_cast<float>(rank + i);
+    CHECK_NCCL(ncclReduceScatter(rs_in.data(), rs_out.data(), 10, ncclFloat32, ncclSum, c, nullptr));
+    for (int i = 0; i < 10; ++i) CHECK(rs_out[i] == 3.0f + 3.0f * static_cast<float>(rank * 10 + i));
+    std::vector<float> red(count, -1.0f);
+    CHECK_NCCL(ncclReduce(f.data(), rank == 1 ? red.data() : nullptr, count, ncclFloat32, ncclMax, 1, c, nullptr));
+    if (rank == 1)
+      for (size_t i = 0; i < count; i += 37) CHECK(red[i] == 1.5f + static_cast<float>(i));
+    std::vector<float> bc(77, rank == 0 ? 9.25f : 0.0f), bco(77, -1.0f);
+    CHECK_NCCL(ncclBroadcast(bc.data(), bco.data(), 77, ncclFloat32, 0, c, nullptr));
+    for (float x : bco) CHECK(x == 9.25f);
     // Split: even ranks {0, 2} and odd {1}; key reverses the order.
     ncclComm_t sub = nullptr;
     CHECK_NCCL(ncclCommSplit(c, rank % 2, -rank, &sub, nullptr));
