@@ -19,7 +19,8 @@
 #       7 top      src/nccl py tools benchmarks  include/peerlink/peerlink.h (umbrella)
 #     A file may include a header of its own layer or a lower one, never a higher one. A public
 #     header not in the map above is an error (add it here when adding it).
-#  2. py/, tools/ and benchmarks/ (not benchmarks/micro, which times internal structures and links
+#  2. py/, tools/, benchmarks/ and src/nccl/ (the NCCL-compatible library links libpeerlink.so,
+#     which exports the public API only) (not benchmarks/micro, which times internal structures and links
 #     the internal archive) include public headers (peerlink/...) and their own local files only.
 #  3. getenv: nowhere in src/ except src/config/ (Options::from_env is the only reader of the
 #     environment). Tests, benchmarks and tools may read their own variables (a benchmark's
@@ -39,7 +40,7 @@ PUBLIC = {"errors.h": 0, "log_level.h": 0, "device.h": 1, "options.h": 2, "topol
           "communicator.h": 5, "request.h": 5, "collectives.h": 6, "peerlink.h": 7}
 SRC_FIRST = {"common": 0, "shm": 0, "gpu": 1, "config": 2, "bootstrap": 3, "topology": 4,
              "transport": 5, "collectives": 6, "nccl": 7}
-PUBLIC_ONLY = ("py/", "tools/", "benchmarks/")
+PUBLIC_ONLY = ("py/", "tools/", "benchmarks/", "src/nccl/")
 PUBLIC_ONLY_EXEMPT = ("benchmarks/micro/", "benchmarks/results/")
 EXTS = (".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')

@@ -11,6 +11,7 @@ const char* runtime_name();  // "cuda", "hip" or "none"
 bool compiled_with_gpu();
 int count();                 // GPUs visible (0 without a driver): never throws
 void set_current(int dev);   // the calling thread's current device (cudaSetDevice)
+int current();               // the calling thread's current device (cudaGetDevice); -1 in host-only builds
 bool is_device_pointer(const void* p);
 
 // Plain device memory of the current device (cudaMalloc / hipMalloc): not exportable through
@@ -21,6 +22,8 @@ void free(void* p);
 // Synchronous copy in any direction (device or host memory on either side), landed on return.
 // Host to host is a plain memcpy (also in host-only builds).
 void copy_sync(void* dst, const void* src, size_t bytes);
+// Stream-ordered copy (cudaMemcpyAsync, any direction; capturable). UnsupportedError in host-only builds.
+void copy_async(void* dst, const void* src, size_t bytes, void* stream);
 
 using Stream = void*;
 Stream stream_create();  // non-blocking stream on the current device

@@ -126,6 +126,16 @@ struct Options {
   // built-in default (64). The grid is capped at the multiprocessor count whatever the setting.
   int stream_blocks = 0;
 
+  // ---- the NCCL-compatible library (src/nccl/, libnccl.so.2); the rest of the library ignores them.
+  // The real NCCL to forward to (PEERLINK_NCCL_LIBRARY: a path to libnccl.so.2); "" = the usual places.
+  std::string nccl_library;
+  // NCCL_DEBUG as NCCL spells it (VERSION, WARN, INFO, TRACE, ...; kept verbatim, never rejected: it is
+  // NCCL's variable); the shim says which path each communicator and op took at INFO and TRACE.
+  std::string nccl_debug;
+  // Test hook (PEERLINK_NCCL_HOST_BACKEND=1): the shim's communicators use the host backend
+  // (device -1, host pointers) whatever the current GPU, so CI drives the C API without a GPU.
+  bool nccl_host_backend = false;
+
   // Interruption hook (not from the environment; empty = never called, the waits run as before).
   // Called from the calling thread at least every ~50 ms while one of these blocks: the
   // constructor (rendezvous and setup), barrier(), wait_ipc_buffer(), isend()/send_direct()

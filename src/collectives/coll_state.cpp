@@ -93,9 +93,26 @@ CollState::~CollState() {
 CollState& coll_state(Communicator& comm) {
   detail::CommServices& svc = detail::services(comm);
   svc.check_usable();
-  std::lock_guard<std::mutex> g(setup_mutex());
-  std::shared_ptr<void>& slot = svc.upper_state("collectives");
-  if (slot) return *static_cast<CollState*>(slot.get());
+  // The setup below waits for the other ranks (allgather): it must not hold a process-wide lock,
+  // or two communicators of one process set up from two threads (NCCL programs driving one
+  // communicator per GPU, nccl-tests -g 2 through libnccl.so.2) deadlock, each rank's thread
+  // waiting for the other's, which waits for the lock. The global mutex only finds or creates this
+  // communicator's own setup mutex; that one serialises the setup of this communicator alone.
+  std::shared_ptr<std::mutex> comm_setup;
+  {
+    std::lock_guard<std::mutex> g(setup_mutex());
+    std::shared_ptr<void>& slot = svc.upper_state("collectives");
+    if (slot) return *static_cast<CollState*>(slot.get());
+    std::shared_ptr<void>& m = svc.upper_state("collectives_setup");
+    if (!m) m = std::make_shared<std::mutex>();
+    comm_setup = std::static_pointer_cast<std::mutex>(m);
+  }
+  std::lock_guard<std::mutex> cg(*comm_setup);
+  std::shared_ptr<void>& slot = svc.upper_state("collectives");  // a stable map entry (CommImpl)
+  {
+    std::lock_guard<std::mutex> g(setup_mutex());
+    if (slot) return *static_cast<CollState*>(slot.get());
+  }
 
   if (svc.world_size() > kMaxRanks)
     throw UnsupportedError(cat("allreduce supports at most ", kMaxRanks, " ranks (one node); this communicator has ",
@@ -187,7 +204,10 @@ CollState& coll_state(Communicator& comm) {
     st->flags[p] = reinterpret_cast<FlagArea*>(open_checked(svc, p, q.flags, &st->flag_handle[p]) + q.flags_off);
     st->data[p] = open_checked(svc, p, q.data, &st->data_handle[p]) + q.data_off;
   }
-  slot = st;
+  {
+    std::lock_guard<std::mutex> g(setup_mutex());  // readers above test the slot under this lock
+    slot = st;
+  }
   return *st;
 }
 

@@ -190,6 +190,10 @@ Options Options::from_env() {
     else if (s == "none" || s == "off") o.log_level = LogLevel::None;
     else throw InvalidArgument(cat("PEERLINK_DEBUG='", v, "' is not one of WARN, INFO, TRACE, NONE"));
   }
+  if (const char* v = env("PEERLINK_NCCL_LIBRARY")) o.nccl_library = v;
+  if (const char* v = env("NCCL_DEBUG")) o.nccl_debug = v;
+  if (const char* v = env("PEERLINK_NCCL_HOST_BACKEND"))
+    o.nccl_host_backend = parse_bool("PEERLINK_NCCL_HOST_BACKEND", v);
   if (const char* v = env(kChannelReady.var))
     o.channel_ready_timeout = std::chrono::milliseconds(parse_int(kChannelReady, v));
   if (const char* v = env(kRelayChunk.var)) o.relay_chunk_bytes = static_cast<size_t>(parse_int(kRelayChunk, v));

@@ -10,6 +10,7 @@ const char* runtime_name() { return gpu::runtime_name(); }
 bool compiled_with_gpu() { return gpu::compiled_with_gpu(); }
 int count() { return gpu::device_count(); }
 void set_current(int dev) { gpu::set_device(dev); }
+int current() { return gpu::current_device(); }
 bool is_device_pointer(const void* p) { return gpu::is_device_pointer(p); }
 
 void* alloc(size_t bytes) { return gpu::device_malloc(bytes); }
@@ -24,6 +25,11 @@ void copy_sync(void* dst, const void* src, size_t bytes) {
     return;
   }
   gpu::memcpy_sync(dst, src, bytes);
+}
+
+void copy_async(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes == 0) return;
+  gpu::memcpy_async(dst, src, bytes, stream);
 }
 
 Stream stream_create() { return gpu::stream_create(); }

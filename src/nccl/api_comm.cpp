@@ -1,0 +1,244 @@
+// Communicator lifetime and queries: ncclGetUniqueId, ncclCommInit*, ncclCommSplit/Shrink,
+// ncclCommFinalize/Destroy/Abort/Revoke, ncclCommGetAsyncError, ncclCommCount/CuDevice/UserRank.
+//
+// Routing (decided when the communicator is created, same answer on every rank):
+//   - an id without our magic (made by a real NCCL elsewhere)           -> real NCCL, id as is
+//   - our id, made on another host than this rank's                    -> real NCCL (embedded id)
+//   - our id, made on this host                                        -> peerlink
+// A rank on the id's host cannot see a rank elsewhere: a job whose ranks span nodes but which
+// creates its id through this library must make every rank route alike, which the host check
+// gives only to the ranks off the root's node (README: limitation; set PEERLINK_NCCL_LIBRARY and
+// LD_LIBRARY_PATH to the real NCCL for multi-node jobs until a cross-node check exists).
+#include <cstring>
+
+#include "real_nccl.h"
+#include "shim.h"
+#include "unique_id.h"
+
+using namespace peerlink;
+using namespace peerlink::nccl;
+
+namespace {
+
+constexpr unsigned kConfigMagic = 0xcafebeef;
+
+const RealNccl* need_real(const Options& o, const char* what) {
+  std::string why;
+  const RealNccl* r = real_nccl(o.nccl_library, &why);
+  if (!r) set_last_error(std::string(what) + ": the real NCCL is needed and could not be opened: " + why);
+  return r;
+}
+
+ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank, ncclConfig_t* config,
+                       const char* what) {
+  if (!out) {
+    set_last_error(std::string(what) + ": comm is NULL");
+    return ncclInvalidArgument;
+  }
+  *out = nullptr;
+  if (nranks < 1 || rank < 0 || rank >= nranks) {
+    set_last_error(std::string(what) + ": rank " + std::to_string(rank) + " of nranks " + std::to_string(nranks) +
+                   " is out of range");
+    return ncclInvalidArgument;
+  }
+  if (config && (config->magic != kConfigMagic || config->size < offsetof(ncclConfig_t, blocking))) {
+    set_last_error(std::string(what) + ": config not initialised with NCCL_CONFIG_INITIALIZER (magic " +
+                   std::to_string(config->magic) + ")");
+    return ncclInvalidArgument;
+  }
+  auto c = std::make_unique<ncclComm>();
+  try {
+    c->opts = Options::from_env();
+  } catch (const std::exception& e) {
+    set_last_error(std::string(what) + ": " + e.what());
+    return result_of(e);
+  }
+  c->log = Log::from(c->opts);
+  c->rank = rank;
+  c->nranks = nranks;
+  bool host = c->opts.nccl_host_backend || !device::compiled_with_gpu();
+  try {
+    c->device = host ? kHostDevice : device::current();
+  } catch (const std::exception& e) {
+    set_last_error(std::string(what) + ": current device: " + e.what());
+    return result_of(e);
+  }
+  IdInfo info = parse_id(id);
+  ncclUniqueId real_id = id;
+  if (!info.ours) {
+    c->route = Route::Real;
+  } else if (info.host != this_host_id()) {
+    c->route = Route::Real;
+    if (!info.has_real) {
+      set_last_error(std::string(what) + ": the unique id comes from another host and carries no real NCCL id "
+                     "(its maker could not open the real NCCL): cannot create a multi-node communicator");
+      return ncclInvalidUsage;
+    }
+    real_id = info.real;
+  } else {
+    c->route = Route::Peerlink;
+    c->pl_id = "nccl" + info.nonce_hex;
+  }
+  const RealNccl* real = nullptr;
+  if (c->route == Route::Real) {
+    if (c->device < 0) {
+      set_last_error(std::string(what) + ": communicator routed to the real NCCL on the host backend");
+      return ncclInvalidUsage;
+    }
+    if (!(real = need_real(c->opts, what))) return ncclInvalidUsage;
+  }
+  if (c->log.info)
+    log_line("INFO", "comm %p rank %d/%d device %d: %s%s", static_cast<void*>(c.get()), rank, nranks, c->device,
+             c->route == Route::Peerlink ? "peerlink (all ranks on this node)"
+                                         : (info.ours ? "real NCCL (the id was made on another node)"
+                                                      : "real NCCL (a real NCCL unique id)"),
+             in_group() ? ", created at ncclGroupEnd" : "");
+  ncclComm* raw = c.release();
+  *out = raw;
+  // A copy of the config that outlives the caller's (the init may run at ncclGroupEnd).
+  bool copy_cfg = config && config->size == sizeof(ncclConfig_t);
+  ncclConfig_t cfg{};
+  if (copy_cfg) cfg = *config;
+  Op op;
+  op.comm = raw;
+  op.kind = OpKind::Init;
+  op.run = [raw, real, real_id, cfg, copy_cfg, config, what]() mutable -> ncclResult_t {
+    if (raw->route == Route::Real) {
+      ncclResult_t r = real->ncclCommInitRankConfig(&raw->real, raw->nranks, real_id, raw->rank,
+                                                    copy_cfg ? &cfg : config);
+      raw->init_result = r;
+      // A nonblocking config (blocking = 0) answers ncclInProgress: usable once the real NCCL's
+      // ncclCommGetAsyncError says so, which ours forwards.
+      raw->ready = r == ncclSuccess || r == ncclInProgress;
+      if (r != ncclSuccess && r != ncclInProgress) set_last_error(std::string(what) + ": real NCCL: " + real->ncclGetErrorString(r));
+      return r;
+    }
+    try {
+      raw->pl = std::make_unique<Communicator>(raw->pl_id, raw->rank, raw->nranks, raw->device, raw->opts);
+      raw->ready = true;
+      return ncclSuccess;
+    } catch (const std::exception& e) {
+      set_last_error(std::string(what) + ": peerlink: " + e.what());
+      raw->init_result = result_of(e);
+      return raw->init_result;
+    }
+  };
+  return submit(std::move(op));
+}
+
+}  // namespace
+
+// Wraps a communicator the real NCCL made (split/shrink of a real one).
+ncclComm* peerlink::nccl::wrap_real(ncclComm* parent, ncclComm_t r) {
+  const RealNccl* real = real_nccl(parent->opts.nccl_library);
+  auto* c = new ncclComm;
+  c->route = Route::Real;
+  c->opts = parent->opts;
+  c->log = parent->log;
+  c->device = parent->device;
+  c->real = r;
+  real->ncclCommUserRank(r, &c->rank);
+  real->ncclCommCount(r, &c->nranks);
+  c->ready = true;
+  return c;
+}
+
+PL_NCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
+  if (!uniqueId) {
+    set_last_error("ncclGetUniqueId: uniqueId is NULL");
+    return ncclInvalidArgument;
+  }
+  try {
+    Options o = Options::from_env();
+    // Embed a real NCCL id so that ranks on other nodes can create a real communicator; not on
+    // the host backend (no GPU: the real NCCL is of no use there, and CI need not have it).
+    ncclUniqueId real_id;
+    bool have_real = false;
+    if (!o.nccl_host_backend && device::compiled_with_gpu()) {
+      std::string why;
+      if (const RealNccl* r = real_nccl(o.nccl_library, &why)) have_real = r->ncclGetUniqueId(&real_id) == ncclSuccess;
+      else if (Log::from(o).info) log_line("INFO", "ncclGetUniqueId: no real NCCL id embedded: %s", why.c_str());
+    }
+    *uniqueId = make_id(have_real ? &real_id : nullptr);
+    return ncclSuccess;
+  } catch (const std::exception& e) {
+    set_last_error(std::string("ncclGetUniqueId: ") + e.what());
+    return result_of(e);
+  }
+}
+
+PL_NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  return init_rank(comm, nranks, commId, rank, nullptr, "ncclCommInitRank");
+}
+
+PL_NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+                                                   ncclConfig_t* config) {
+  return init_rank(comm, nranks, commId, rank, config, "ncclCommInitRankConfig");
+}
+
+PL_NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
+                                                     ncclUniqueId* commIds, ncclConfig_t* config) {
+  if (nId < 1 || !commIds) {
+    set_last_error("ncclCommInitRankScalable: nId " + std::to_string(nId) + " / commIds NULL");
+    return ncclInvalidArgument;
+  }
+  // Every id names the same communicator; ours need one (the first), a real one is passed whole.
+  IdInfo info = parse_id(commIds[0]);
+  if (!info.ours && nId > 1) {
+    Options o;
+    try {
+      o = Options::from_env();
+    } catch (const std::exception& e) {
+      set_last_error(std::string("ncclCommInitRankScalable: ") + e.what());
+      return result_of(e);
+    }
+    const RealNccl* real = need_real(o, "ncclCommInitRankScalable");
+    if (!real) return ncclInvalidUsage;
+    ncclComm_t r = nullptr;
+    ncclResult_t res = real->ncclCommInitRankScalable(&r, nranks, myrank, nId, commIds, config);
+    if (res != ncclSuccess) return res;
+    ncclComm parent;
+    parent.opts = o;
+    try {
+      parent.device = device::current();
+    } catch (const std::exception& e) {
+      set_last_error(std::string("ncclCommInitRankScalable: current device: ") + e.what());
+    }
+    *newcomm = wrap_real(&parent, r);
+    return ncclSuccess;
+  }
+  return init_rank(newcomm, nranks, commIds[0], myrank, config, "ncclCommInitRankScalable");
+}
+
+PL_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  if (!comms || ndev < 1) {
+    set_last_error("ncclCommInitAll: comms NULL or ndev " + std::to_string(ndev) + " < 1");
+    return ncclInvalidArgument;
+  }
+  ncclUniqueId id;
+  ncclResult_t r = ncclGetUniqueId(&id);
+  if (r != ncclSuccess) return r;
+  int prev = -1;
+  try {
+    prev = device::current();
+  } catch (...) {
+  }
+  group_start();
+  for (int i = 0; i < ndev && r == ncclSuccess; ++i) {
+    try {
+      if (device::compiled_with_gpu() && prev >= 0) device::set_current(devlist ? devlist[i] : i);
+    } catch (const std::exception& e) {
+      set_last_error(std::string("ncclCommInitAll: device ") + std::to_string(devlist ? devlist[i] : i) + ": " +
+                     e.what());
+      r = result_of(e);
+      break;
+    }
+    r = init_rank(comms + i, ndev, id, i, nullptr, "ncclCommInitAll");
+  }
+  ncclResult_t e = group_end();
+  try {
+    if (prev >= 0) device::set_current(prev);
+  } catch (...) {
+  }
+  return r != ncclSuccess ? r : e;
+}

@@ -1,0 +1,241 @@
+// ncclCommSplit/Shrink, Finalize/Destroy/Abort/Revoke, GetAsyncError, Count/CuDevice/UserRank.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "real_nccl.h"
+#include "shim.h"
+
+using namespace peerlink;
+using namespace peerlink::nccl;
+
+namespace {
+
+const RealNccl* real_of(const ncclComm* c) { return real_nccl(c->opts.nccl_library); }
+
+// Splits a peerlink communicator: every rank of `parent` contributes (color, key); the members of
+// one color, ordered by (key, parent rank), form a child with its own peerlink id derived from
+// the parent's id, the split number and the color (the same on every member, distinct per split).
+ncclResult_t split_peerlink(ncclComm* parent, int color, int key, ncclComm* child) {
+  struct Entry {
+    int32_t color, key;
+  } mine{color, key};
+  std::vector<Entry> all(parent->nranks);
+  try {
+    parent->pl->allgather_bytes(&mine, sizeof mine, all.data());
+  } catch (const std::exception& e) {
+    set_last_error(std::string("ncclCommSplit: exchanging colors: ") + e.what());
+    return result_of(e);
+  }
+  int n = parent->split_count++;
+  if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
+  std::vector<int> members;
+  for (int r = 0; r < parent->nranks; ++r)
+    if (all[r].color == color) members.push_back(r);
+  std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return all[a].key < all[b].key; });
+  child->nranks = static_cast<int>(members.size());
+  child->rank = static_cast<int>(std::find(members.begin(), members.end(), parent->rank) - members.begin());
+  child->pl_id = parent->pl_id + "s" + std::to_string(n) + "c" + std::to_string(color);
+  try {
+    child->pl = std::make_unique<Communicator>(child->pl_id, child->rank, child->nranks, child->device, child->opts);
+    child->ready = true;
+  } catch (const std::exception& e) {
+    set_last_error(std::string("ncclCommSplit: peerlink: ") + e.what());
+    return result_of(e);
+  }
+  if (child->log.info)
+    log_line("INFO", "comm %p rank %d/%d: split of comm %p (color %d): peerlink", static_cast<void*>(child),
+             child->rank, child->nranks, static_cast<void*>(parent), color);
+  return ncclSuccess;
+}
+
+}  // namespace
+
+PL_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                          ncclConfig_t* config) {
+  if (ncclResult_t r = check_comm(comm, "ncclCommSplit")) return r;
+  if (!newcomm || (color < 0 && color != NCCL_SPLIT_NOCOLOR)) {
+    set_last_error("ncclCommSplit: newcomm NULL or color " + std::to_string(color) + " negative");
+    return ncclInvalidArgument;
+  }
+  *newcomm = nullptr;
+  if (comm->route == Route::Real) {
+    Op op;
+    op.comm = comm;
+    op.run = [comm, color, key, newcomm, config]() -> ncclResult_t {
+      ncclComm_t r = nullptr;
+      ncclResult_t res = real_of(comm)->ncclCommSplit(comm->real, color, key, &r, config);
+      if (res == ncclSuccess && r) *newcomm = wrap_real(comm, r);
+      return res;
+    };
+    return submit(std::move(op));
+  }
+  ncclComm* child = nullptr;
+  if (color != NCCL_SPLIT_NOCOLOR) {
+    child = new ncclComm;
+    child->route = Route::Peerlink;
+    child->opts = comm->opts;
+    child->log = comm->log;
+    child->device = comm->device;
+    *newcomm = child;
+  }
+  Op op;
+  op.comm = comm;
+  op.run = [comm, color, key, child]() -> ncclResult_t {
+    ncclComm scratch;  // the NOCOLOR rank's stand-in: takes part in the exchange, creates nothing
+    return split_peerlink(comm, color, key, child ? child : &scratch);
+  };
+  return submit(std::move(op));
+}
+
+PL_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                                           ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  if (ncclResult_t r = check_comm(comm, "ncclCommShrink")) return r;
+  if (!newcomm || (excludeRanksCount > 0 && !excludeRanksList)) {
+    set_last_error("ncclCommShrink: newcomm or excludeRanksList NULL");
+    return ncclInvalidArgument;
+  }
+  if (comm->route == Route::Real) {
+    ncclComm_t r = nullptr;
+    ncclResult_t res =
+        real_of(comm)->ncclCommShrink(comm->real, excludeRanksList, excludeRanksCount, &r, config, shrinkFlags);
+    *newcomm = (res == ncclSuccess && r) ? wrap_real(comm, r) : nullptr;
+    return res;
+  }
+  // Shrinking exists to drop dead ranks, whose peerlink state cannot take part in a split's
+  // exchange; not implemented on peerlink communicators (an error, never a wrong communicator).
+  set_last_error("ncclCommShrink: not supported on a peerlink communicator (use ncclCommSplit)");
+  return ncclInvalidUsage;
+}
+
+PL_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  if (!comm) {
+    set_last_error("ncclCommFinalize: comm is NULL");
+    return ncclInvalidArgument;
+  }
+  // peerlink's ops hold no host-side work after they return (stream-ordered or synchronous), so
+  // there is nothing to flush; the real communicator, if any, finalizes its own.
+  if (comm->real) return real_of(comm)->ncclCommFinalize(comm->real);
+  return ncclSuccess;
+}
+
+static ncclResult_t destroy(ncclComm_t comm, bool abort, const char* what) {
+  if (!comm) {
+    set_last_error(std::string(what) + ": comm is NULL");
+    return ncclInvalidArgument;
+  }
+  ncclResult_t res = ncclSuccess;
+  if (comm->pl) {
+    try {
+      if (abort) comm->pl->close();  // wakes the calls of other threads blocked in a wait
+      comm->pl.reset();
+    } catch (const std::exception& e) {
+      set_last_error(std::string(what) + ": peerlink: " + e.what());
+      res = result_of(e);
+    }
+  }
+  if (comm->real) {
+    const RealNccl* real = real_of(comm);
+    ncclResult_t r = abort ? real->ncclCommAbort(comm->real) : real->ncclCommDestroy(comm->real);
+    if (res == ncclSuccess) res = r;
+  }
+  if (comm->log.info) log_line("INFO", "comm %p rank %d/%d: %s", static_cast<void*>(comm), comm->rank, comm->nranks, what);
+  delete comm;
+  return res;
+}
+
+ncclComm::~ncclComm() {
+  if (!stage) return;
+  try {
+    if (device < 0) std::free(stage);
+    else device::free(stage);
+  } catch (...) {  // a destructor reports nothing; the device is likely gone already
+  }
+}
+
+PL_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) { return destroy(comm, false, "ncclCommDestroy"); }
+PL_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) { return destroy(comm, true, "ncclCommAbort"); }
+
+PL_NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  if (ncclResult_t r = check_comm(comm, "ncclCommRevoke")) return r;
+  if (revokeFlags != NCCL_REVOKE_DEFAULT) {
+    set_last_error("ncclCommRevoke: revokeFlags " + std::to_string(revokeFlags) + " must be 0");
+    return ncclInvalidArgument;
+  }
+  ncclResult_t res = ncclSuccess;
+  if (comm->pl) {
+    try {
+      comm->pl->close();  // later ops fail (InvalidArgument "closed"); destroy/abort still work
+    } catch (const std::exception& e) {
+      res = result_of(e);
+    }
+  }
+  if (comm->real) {
+    ncclResult_t r = real_of(comm)->ncclCommRevoke(comm->real, revokeFlags);
+    if (res == ncclSuccess) res = r;
+  }
+  return res;
+}
+
+PL_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  if (!comm || !asyncError) {
+    set_last_error("ncclCommGetAsyncError: comm or asyncError is NULL");
+    return ncclInvalidArgument;
+  }
+  if (!comm->ready) {
+    *asyncError = comm->init_result;
+    return ncclSuccess;
+  }
+  // Device-side timeouts and lost peers of peerlink's stream-ordered allreduce are recorded on the
+  // device and surface here (allreduce_check), as NCCL reports its own asynchronous errors.
+  if (comm->pl && comm->used_allreduce && comm->async_error.load() == ncclSuccess) {
+    try {
+      allreduce_check(*comm->pl);
+    } catch (const std::exception& e) {
+      set_last_error(std::string("async error: ") + e.what());
+      comm->async_error.store(result_of(e));
+    }
+  }
+  if (comm->real && comm->async_error.load() == ncclSuccess) {
+    ncclResult_t r = ncclSuccess;
+    ncclResult_t q = real_of(comm)->ncclCommGetAsyncError(comm->real, &r);
+    if (q != ncclSuccess) return q;
+    if (r != ncclSuccess && r != ncclInProgress) comm->async_error.store(r);
+    if (r == ncclInProgress) {
+      *asyncError = r;
+      return ncclSuccess;
+    }
+  }
+  *asyncError = static_cast<ncclResult_t>(comm->async_error.load());
+  return ncclSuccess;
+}
+
+PL_NCCL_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  if (ncclResult_t r = check_comm(comm, "ncclCommCount")) return r;
+  if (!count) {
+    set_last_error("ncclCommCount: count is NULL");
+    return ncclInvalidArgument;
+  }
+  *count = comm->nranks;
+  return ncclSuccess;
+}
+
+PL_NCCL_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
+  if (ncclResult_t r = check_comm(comm, "ncclCommCuDevice")) return r;
+  if (!device) {
+    set_last_error("ncclCommCuDevice: device is NULL");
+    return ncclInvalidArgument;
+  }
+  *device = comm->device;
+  return ncclSuccess;
+}
+
+PL_NCCL_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  if (ncclResult_t r = check_comm(comm, "ncclCommUserRank")) return r;
+  if (!rank) {
+    set_last_error("ncclCommUserRank: rank is NULL");
+    return ncclInvalidArgument;
+  }
+  *rank = comm->rank;
+  return ncclSuccess;
+}

@@ -1,0 +1,127 @@
+// Error mapping, last error, logging, and the lazily created real NCCL communicator.
+#include <stdio.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <new>
+#include <strings.h>
+
+#include "real_nccl.h"
+#include "shim.h"
+
+namespace peerlink::nccl {
+namespace {
+
+std::mutex g_err_mu;
+std::string g_last_error;  // process-wide, as NCCL's ncclGetLastError (the comm argument is unused)
+
+bool level_at_least(const std::string& nccl_debug, const char* want) {
+  return strcasecmp(nccl_debug.c_str(), want) == 0;
+}
+
+}  // namespace
+
+ncclResult_t result_of(const std::exception& e) {
+  if (dynamic_cast<const InvalidArgument*>(&e)) return ncclInvalidArgument;
+  if (dynamic_cast<const UnsupportedError*>(&e)) return ncclInvalidUsage;
+  if (dynamic_cast<const PeerLostError*>(&e)) return ncclRemoteError;
+  if (dynamic_cast<const TimeoutError*>(&e)) return ncclRemoteError;
+  if (dynamic_cast<const GpuError*>(&e)) return ncclUnhandledCudaError;
+  if (dynamic_cast<const SysError*>(&e)) return ncclSystemError;
+  if (dynamic_cast<const std::bad_alloc*>(&e)) return ncclSystemError;
+  return ncclInternalError;
+}
+
+void set_last_error(const std::string& msg) {
+  {
+    std::lock_guard<std::mutex> g(g_err_mu);
+    g_last_error = msg;
+  }
+  log_line("WARN", "%s", msg.c_str());
+}
+
+std::string last_error() {
+  std::lock_guard<std::mutex> g(g_err_mu);
+  return g_last_error;
+}
+
+Log Log::from(const Options& o) {
+  Log l;
+  bool nccl_info = level_at_least(o.nccl_debug, "INFO");
+  bool nccl_trace = level_at_least(o.nccl_debug, "TRACE");
+  l.trace = nccl_trace || o.log_level >= LogLevel::Trace;
+  l.info = l.trace || nccl_info || o.log_level >= LogLevel::Info;
+  return l;
+}
+
+void log_line(const char* level, const char* fmt, ...) {
+  char host[64] = {};
+  gethostname(host, sizeof host - 1);
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  // One fprintf: lines of several threads do not interleave.
+  fprintf(stderr, "%s:%d NCCL %s peerlink: %s\n", host, static_cast<int>(getpid()), level, msg);
+}
+
+ncclResult_t check_comm(const ncclComm* comm, const char* what) {
+  if (!comm) {
+    set_last_error(std::string(what) + ": comm is NULL");
+    return ncclInvalidArgument;
+  }
+  if (!comm->ready) {
+    set_last_error(std::string(what) + ": communicator not initialised (its ncclCommInitRank failed or is pending)");
+    return ncclInvalidUsage;
+  }
+  return ncclSuccess;
+}
+
+ncclComm_t real_comm(ncclComm* comm, const char* what) {
+  std::lock_guard<std::mutex> g(comm->real_mu);
+  if (comm->real || comm->route == Route::Real) return comm->real;
+  if (comm->device < 0) {
+    set_last_error(std::string(what) + ": needs the real NCCL, which has no host-memory backend "
+                   "(communicator on the host backend, PEERLINK_NCCL_HOST_BACKEND)");
+    return nullptr;
+  }
+  std::string why;
+  const RealNccl* real = real_nccl(comm->opts.nccl_library, &why);
+  // Every rank must take part in the id exchange below even when it cannot load the library, or
+  // the others would wait for it: the status travels with the id.
+  struct Msg {
+    int32_t ok;
+    ncclUniqueId id;
+  } mine{}, all_root{};
+  if (comm->rank == 0 && real) mine.ok = real->ncclGetUniqueId(&mine.id) == ncclSuccess;
+  std::vector<Msg> all(comm->nranks);
+  try {
+    comm->pl->allgather_bytes(&mine, sizeof mine, all.data());
+  } catch (const std::exception& e) {
+    set_last_error(std::string(what) + ": exchanging the real NCCL id: " + e.what());
+    return nullptr;
+  }
+  all_root = all[0];
+  if (!real) {
+    set_last_error(std::string(what) + ": needs the real NCCL, none could be opened: " + why);
+    return nullptr;
+  }
+  if (!all_root.ok) {
+    set_last_error(std::string(what) + ": rank 0 could not open the real NCCL or get its unique id");
+    return nullptr;
+  }
+  ncclComm_t r = nullptr;
+  ncclResult_t res = real->ncclCommInitRank(&r, comm->nranks, all_root.id, comm->rank);
+  if (res != ncclSuccess) {
+    set_last_error(std::string(what) + ": real ncclCommInitRank failed: " + real->ncclGetErrorString(res));
+    return nullptr;
+  }
+  if (comm->log.info)
+    log_line("INFO", "comm %p rank %d/%d: real NCCL communicator created for forwarded ops (%s)",
+             static_cast<void*>(comm), comm->rank, comm->nranks, real->path.c_str());
+  comm->real = r;
+  return r;
+}
+
+}  // namespace peerlink::nccl

@@ -1,0 +1,297 @@
+// ncclGroupStart / ncclGroupEnd: a group is per thread (as in NCCL) and may span several
+// communicators (nccl-tests -g 2 drives two communicators of one process from one thread).
+//
+// Ops called inside a group are queued and issued at the outermost ncclGroupEnd, batched per
+// communicator. Every peerlink call that may wait on the host for the other ranks (communicator
+// setup, the first op with a peer, the host backend which is synchronous) would deadlock if the
+// batches of two communicators of this process ran one after the other on this thread: rank 0's
+// batch would wait for rank 1's, which has not started. So when a group holds more than one
+// batch, each runs on its own thread and group end joins them; a group of one batch (the usual
+// one-communicator-per-process case) runs on the calling thread, with no thread cost. The extra
+// threads are parked helpers (Helpers below), not created per group: a thread creation costs tens
+// of microseconds, which an eager nccl-tests -g 2 iteration would pay every time.
+// Ops of communicators routed to the real NCCL form one batch issued inside a real NCCL group.
+#include <pthread.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <thread>
+
+#include "real_nccl.h"
+#include "shim.h"
+
+namespace peerlink::nccl {
+namespace {
+
+struct GroupState {
+  int depth = 0;
+  std::vector<Op> ops;
+  ncclResult_t deferred_error = ncclSuccess;  // an op rejected while queued: reported at group end
+};
+thread_local GroupState g_group;
+
+// Parked helper threads. A dispatcher takes idle helpers (creating one when none is idle, so
+// concurrent group ends of several threads never wait for each other), hands each a task, runs its
+// own task, and waits for the helpers: a short spin (their batches are usually microseconds of
+// launches), then the condition variable.
+class Helpers {
+ public:
+  void run(std::vector<std::function<void()>>& tasks) {
+    std::atomic<size_t> left{tasks.size() - 1};
+    std::mutex done_mu;
+    std::condition_variable done_cv;
+    for (size_t i = 1; i < tasks.size(); ++i) {
+      Worker* w = take();
+      std::lock_guard<std::mutex> g(w->mu);
+      w->task = [&, i] {
+        tasks[i]();
+        // Decrement under the lock: the dispatcher returns (ending done_mu's life) only once it
+        // held the lock and saw zero, so no helper can still be inside it.
+        std::lock_guard<std::mutex> d(done_mu);
+        if (left.fetch_sub(1) == 1) done_cv.notify_one();
+      };
+      w->cv.notify_one();
+    }
+    tasks[0]();
+    for (int spin = 0; spin < 2000 && left.load() != 0; ++spin) std::this_thread::yield();
+    std::unique_lock<std::mutex> d(done_mu);
+    done_cv.wait(d, [&] { return left.load() == 0; });
+  }
+
+  // After fork the helpers do not exist in the child: start over (the old objects are leaked).
+  static Helpers*& instance() {
+    static Helpers* h = [] {
+      pthread_atfork(nullptr, nullptr, [] { instance() = new Helpers; });
+      return new Helpers;
+    }();
+    return h;
+  }
+
+ private:
+  struct Worker {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::function<void()> task;
+  };
+
+  Worker* take() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (!idle_.empty()) {
+        Worker* w = idle_.back();
+        idle_.pop_back();
+        return w;
+      }
+    }
+    Worker* w = new Worker;  // lives as long as the process (helpers are never joined)
+    std::thread([this, w] { loop(w); }).detach();
+    return w;
+  }
+
+  void loop(Worker* w) {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> g(w->mu);
+        w->cv.wait(g, [&] { return static_cast<bool>(w->task); });
+        task.swap(w->task);
+      }
+      task();
+      std::lock_guard<std::mutex> g(mu_);
+      idle_.push_back(w);
+    }
+  }
+
+  std::mutex mu_;
+  std::vector<Worker*> idle_;
+};
+
+bool overlaps(const char* a, size_t an, const char* b, size_t bn) { return an && bn && a < b + bn && b < a + an; }
+
+// A send whose source overlaps a receive destination of the batch reads a staged copy instead
+// (ncclComm::stage): peerlink's group moves both at once, so the receive could otherwise land
+// before the send read those bytes. The copies run on each send's stream ahead of the group.
+void stage_overlapping_sends(ncclComm* comm, std::vector<Op*>& ops) {
+  size_t need = 0;
+  std::vector<Op*> staged;
+  for (Op* s : ops) {
+    if (!s->send_bytes) continue;
+    for (Op* r : ops)
+      if (overlaps(s->send_src, s->send_bytes, r->recv_dst, r->recv_bytes)) {
+        staged.push_back(s);
+        need += (s->send_bytes + 255) / 256 * 256;
+        break;
+      }
+  }
+  if (staged.empty()) return;
+  if (need > comm->stage_bytes) {
+    void* fresh = comm->device < 0 ? std::malloc(need) : device::alloc(need);
+    if (!fresh) throw std::bad_alloc();
+    if (comm->stage) comm->device < 0 ? std::free(comm->stage) : device::free(comm->stage);
+    comm->stage = fresh;
+    comm->stage_bytes = need;
+  }
+  char* at = static_cast<char*>(comm->stage);
+  for (Op* s : staged) {
+    if (comm->device < 0) std::memcpy(at, s->send_src, s->send_bytes);
+    else device::copy_async(at, s->send_src, s->send_bytes, s->stream);
+    *s->src = at;
+    at += (s->send_bytes + 255) / 256 * 256;
+  }
+}
+
+// Runs one peerlink communicator's ops: inits, then collectives in call order, then every p2p op
+// inside one peerlink group (see shim.h for why that order is safe).
+ncclResult_t run_peerlink_batch(ncclComm* comm, std::vector<Op*>& ops) {
+  ncclResult_t first = ncclSuccess;
+  auto keep = [&](ncclResult_t r) {
+    if (first == ncclSuccess && r != ncclSuccess) first = r;
+  };
+  for (Op* op : ops)
+    if (op->kind == OpKind::Init) keep(op->run());
+  if (first != ncclSuccess) return first;
+  for (Op* op : ops)
+    if (op->kind == OpKind::Collective) keep(op->run());
+  bool any_p2p = false;
+  for (Op* op : ops) any_p2p = any_p2p || op->kind == OpKind::P2p;
+  if (!any_p2p) return first;
+  if (!comm->pl) return first != ncclSuccess ? first : ncclInvalidUsage;
+  try {
+    stage_overlapping_sends(comm, ops);
+  } catch (const std::exception& e) {
+    set_last_error(std::string("ncclGroupEnd: staging an in-place send: ") + e.what());
+    return result_of(e);
+  }
+  try {
+    comm->pl->group_start();
+  } catch (const std::exception& e) {
+    set_last_error(std::string("ncclGroupEnd: peerlink group_start: ") + e.what());
+    return result_of(e);
+  }
+  for (Op* op : ops)
+    if (op->kind == OpKind::P2p) keep(op->run());
+  try {
+    comm->pl->group_end();  // always closed, even after a rejected op: the communicator stays usable
+  } catch (const std::exception& e) {
+    set_last_error(std::string("ncclGroupEnd: peerlink send/recv: ") + e.what());
+    keep(result_of(e));
+  }
+  return first;
+}
+
+ncclResult_t run_real_batch(std::vector<Op*>& ops) {
+  const RealNccl* real = real_nccl("");  // loaded already: a Real route exists only after loading
+  ncclResult_t first = ncclSuccess;
+  if (!real) return ncclInternalError;
+  ncclResult_t r = real->ncclGroupStart();
+  if (r != ncclSuccess) return r;
+  for (Op* op : ops) {
+    r = op->run();
+    if (first == ncclSuccess) first = r;
+  }
+  r = real->ncclGroupEnd();
+  return first != ncclSuccess ? first : r;
+}
+
+ncclResult_t run_all(std::vector<Op>& ops) {
+  // Batches in first-appearance order; key nullptr = the real NCCL batch.
+  std::vector<ncclComm*> order;
+  std::map<ncclComm*, std::vector<Op*>> batches;
+  for (Op& op : ops) {
+    ncclComm* key = op.comm->route == Route::Peerlink ? op.comm : nullptr;
+    auto it = batches.find(key);
+    if (it == batches.end()) {
+      order.push_back(key);
+      it = batches.emplace(key, std::vector<Op*>{}).first;
+    }
+    it->second.push_back(&op);
+  }
+  auto run_one = [&](ncclComm* key) -> ncclResult_t {
+    std::vector<Op*>& b = batches[key];
+    if (!key) return run_real_batch(b);
+    // The communicator's device current on this thread for the batch (forwarded ops and CUDA
+    // calls of the application's kind expect it), the caller's put back after.
+    int prev = -2;
+    try {
+      if (key->device >= 0) {
+        prev = device::current();
+        if (prev != key->device) device::set_current(key->device);
+      }
+    } catch (const std::exception& e) {
+      set_last_error(std::string("ncclGroupEnd: set device: ") + e.what());
+      return result_of(e);
+    }
+    ncclResult_t r = run_peerlink_batch(key, b);
+    try {
+      if (prev >= 0 && prev != key->device) device::set_current(prev);
+    } catch (...) {
+    }
+    return r;
+  };
+  if (order.size() == 1) return run_one(order[0]);
+  std::vector<ncclResult_t> res(order.size(), ncclSuccess);
+  std::vector<std::function<void()>> tasks;
+  for (size_t i = 0; i < order.size(); ++i) tasks.emplace_back([&, i] { res[i] = run_one(order[i]); });
+  Helpers::instance()->run(tasks);
+  for (ncclResult_t r : res)
+    if (r != ncclSuccess) return r;
+  return ncclSuccess;
+}
+
+}  // namespace
+
+bool in_group() { return g_group.depth > 0; }
+
+ncclResult_t submit(Op op) {
+  if (g_group.depth > 0) {
+    g_group.ops.push_back(std::move(op));
+    return ncclSuccess;
+  }
+  std::vector<Op> one;
+  one.push_back(std::move(op));
+  return run_all(one);
+}
+
+ncclResult_t group_start() {
+  ++g_group.depth;
+  return ncclSuccess;
+}
+
+ncclResult_t group_end() {
+  if (g_group.depth <= 0) {
+    set_last_error("ncclGroupEnd: not in a group (ncclGroupStart missing)");
+    return ncclInvalidUsage;
+  }
+  if (--g_group.depth > 0) return ncclSuccess;
+  std::vector<Op> ops;
+  ops.swap(g_group.ops);
+  ncclResult_t deferred = g_group.deferred_error;
+  g_group.deferred_error = ncclSuccess;
+  ncclResult_t r = ops.empty() ? ncclSuccess : run_all(ops);
+  return deferred != ncclSuccess ? deferred : r;
+}
+
+ncclResult_t group_simulate_end(ncclSimInfo_t* info) {
+  if (!info) {
+    set_last_error("ncclGroupSimulateEnd: simInfo is NULL");
+    return ncclInvalidArgument;
+  }
+  if (g_group.depth <= 0) {
+    set_last_error("ncclGroupSimulateEnd: not in a group");
+    return ncclInvalidUsage;
+  }
+  // Simulation only: the group's ops are dropped, not run (as NCCL does). peerlink has no cost
+  // model to report, so the estimate stays "undefined".
+  if (--g_group.depth == 0) {
+    g_group.ops.clear();
+    g_group.deferred_error = ncclSuccess;
+  }
+  info->estimatedTime = NCCL_UNDEF_FLOAT;
+  return ncclSuccess;
+}
+
+}  // namespace peerlink::nccl

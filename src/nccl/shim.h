@@ -1,0 +1,139 @@
+// The NCCL-compatible library (libnccl.so.2): NCCL's C API on peerlink for communicators whose ranks
+// are all on this node, on the real NCCL (dlopen, real_nccl.h) for every other communicator and for
+// whatever peerlink does not implement. Top layer: it uses peerlink's public API only
+// (include/peerlink/*.h) and links libpeerlink.so, which exports nothing else.
+//
+// Handles: ncclComm_t points to our `ncclComm` (below), never to a real NCCL communicator; a routed
+// or lazily created real communicator hangs off it (`real`). Errors: every entry point catches and
+// returns an ncclResult_t (never throws across the C boundary), and records the message for
+// ncclGetLastError.
+#pragma once
+#include <nccl.h>
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <set>
+#include <cstdarg>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "peerlink/peerlink.h"
+
+#define PL_NCCL_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace peerlink::nccl {
+
+// ncclResult_t of a C++ exception (the one mapping of peerlink's error types to NCCL's codes).
+ncclResult_t result_of(const std::exception& e);
+// Records `msg` as the last error (ncclGetLastError) and says it at WARN.
+void set_last_error(const std::string& msg);
+std::string last_error();
+
+// Logging: "<host>:<pid> [rank] NCCL INFO peerlink: ..." like NCCL's own lines, so that a user who
+// greps NCCL_DEBUG=INFO output finds which path each communicator and op took.
+struct Log {
+  bool info = false;   // NCCL_DEBUG=INFO|TRACE or PEERLINK_DEBUG=INFO|TRACE
+  bool trace = false;  // ... TRACE: every op
+  static Log from(const Options& o);
+};
+void log_line(const char* level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+enum class Route { Peerlink, Real };
+
+}  // namespace peerlink::nccl
+
+// The opaque type behind ncclComm_t (nccl.h declares `struct ncclComm`).
+struct ncclComm {
+  int rank = -1;
+  int nranks = 0;
+  int device = -1;  // CUDA device, or peerlink::kHostDevice on the host backend (test hook)
+  peerlink::nccl::Route route = peerlink::nccl::Route::Real;
+  peerlink::Options opts;
+  peerlink::nccl::Log log;
+  std::string pl_id;  // peerlink unique id (Route::Peerlink): children of ncclCommSplit derive theirs
+  std::unique_ptr<peerlink::Communicator> pl;
+  // The real NCCL communicator: the communicator itself on Route::Real, created lazily on the first
+  // forwarded op on Route::Peerlink (real_mu guards that creation).
+  ncclComm_t real = nullptr;
+  std::mutex real_mu;
+  // allreduce_check only after an allreduce (it would set up state); read by a watchdog thread
+  // (torch polls ncclCommGetAsyncError) while the op's thread sets it.
+  std::atomic<bool> used_allreduce{false};
+  std::atomic<int> async_error{ncclSuccess};
+  int split_count = 0;          // children created by ncclCommSplit (distinct peerlink ids)
+  bool ready = false;           // init finished (deferred inits in a group fill it at group end)
+  ncclResult_t init_result = ncclSuccess;
+
+  // Guards what follows (ops of one communicator may come from several threads' groups).
+  std::mutex mu;
+  // ncclRedOpCreatePreMulSum on a peerlink communicator: a local placeholder op (>= ncclNumOps)
+  // whose real NCCL op is created with the real communicator on the first forwarded use (the
+  // call is legal inside a group, where creating a real communicator would deadlock -g 2).
+  struct PreMul {
+    std::vector<char> scalar;  // ncclScalarHostImmediate: the value, read at creation
+    void* device_scalar = nullptr;  // ncclScalarDevice: the caller's pointer
+    ncclDataType_t dtype = ncclFloat32;
+    ncclScalarResidence_t residence = ncclScalarHostImmediate;
+    ncclRedOp_t real_op = ncclSum;
+    bool created = false;
+  };
+  std::map<int, PreMul> premul;
+  int next_redop = ncclNumOps;
+  std::set<std::string> logged;  // (op, path) pairs already said at INFO
+  // Send/recv with this rank itself (NCCL allows it; peerlink's p2p does not): matched FIFO here.
+  struct SelfMsg {
+    void* buf;
+    size_t bytes;
+  };
+  std::deque<SelfMsg> self_sends, self_recvs;
+  // Staging for a send whose source overlaps a receive destination of the same group (in-place
+  // sendrecv, as nccl-tests runs it): the source is copied here first, in stream order, so the
+  // receive cannot overwrite bytes the send has not read yet. Grown on demand (the first eager
+  // call at the largest size sizes it, before any capture), freed with the communicator.
+  void* stage = nullptr;
+  size_t stage_bytes = 0;
+  ~ncclComm();
+};
+
+namespace peerlink::nccl {
+
+// Group / deferral (group.cpp). An op is queued when a group is open on this thread (or, for
+// ncclCommInit* in a group, always), else run at once. `collective` ops of one communicator run in
+// call order; its p2p ops run after them in one peerlink group (NCCL leaves the order inside a
+// group unspecified and every rank reorders alike, so no deadlock and no mismatch).
+enum class OpKind { Init, Collective, P2p };
+struct Op {
+  ncclComm* comm = nullptr;
+  OpKind kind = OpKind::Collective;
+  std::function<ncclResult_t()> run;
+  // Plain ncclSend / ncclRecv: the ranges, for the overlap check of the batch (group.cpp); a send
+  // reads its source through `src` (replaced by the staged copy when it overlaps a receive).
+  const char* send_src = nullptr;
+  size_t send_bytes = 0;
+  char* recv_dst = nullptr;
+  size_t recv_bytes = 0;
+  void* stream = nullptr;
+  std::shared_ptr<const void*> src;
+};
+bool in_group();
+ncclResult_t submit(Op op);
+ncclResult_t group_start();
+ncclResult_t group_end();
+ncclResult_t group_simulate_end(ncclSimInfo_t* info);
+
+// The real NCCL communicator of `comm` (creating it on first use for a peerlink communicator: a
+// collective over comm's ranks, run by every rank at the same forwarded op). Null with the reason
+// recorded (no real library, host backend) -> the caller returns ncclInvalidUsage.
+ncclComm_t real_comm(ncclComm* comm, const char* what);
+
+// Wraps a communicator the real NCCL made (split/shrink of a real-routed one).
+ncclComm* wrap_real(ncclComm* parent, ncclComm_t r);
+
+// Guard that the caller's handle is one of ours and initialised.
+ncclResult_t check_comm(const ncclComm* comm, const char* what);
+
+}  // namespace peerlink::nccl

@@ -1,0 +1,39 @@
+// Regression (found by the NCCL library, issue 16): two communicators of one process whose first
+// allreduce runs concurrently on two threads (one thread per rank, as NCCL programs and
+// libnccl.so.2's group end drive them) deadlocked: the collectives setup held a process-wide mutex
+// across its allgather, so rank 0's setup waited for rank 1's, which waited for the mutex.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "peerlink/peerlink.h"
+#include "support/mp.h"
+
+using namespace peerlink;
+
+TEST(MpCollSetupThreads, TwoCommunicatorsOfOneProcessSetUpConcurrently) {
+  const std::string uid = pltest::unique_test_id("collsetup");
+  Options o;
+  o.timeout = std::chrono::milliseconds(10000);
+  std::string err[2];
+  float out[2][64];
+  auto rank_main = [&](int r) {
+    try {
+      Communicator c(uid, r, 2, kHostDevice, o);
+      std::vector<float> in(64, static_cast<float>(r + 1));
+      allreduce(c, in.data(), out[r], 64, DataType::F32, ReduceOp::Sum);
+      c.barrier();
+    } catch (const std::exception& e) {
+      err[r] = e.what();
+    }
+  };
+  std::thread t1(rank_main, 1);
+  rank_main(0);
+  t1.join();
+  EXPECT_EQ(err[0], "");
+  EXPECT_EQ(err[1], "");
+  EXPECT_EQ(out[0][63], 3.0f);
+  EXPECT_EQ(out[1][0], 3.0f);
+}

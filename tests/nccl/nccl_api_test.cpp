@@ -1,0 +1,386 @@
+// The NCCL C API of libnccl.so.2 (src/nccl/) across real processes on the host backend
+// (PEERLINK_NCCL_HOST_BACKEND=1: host pointers, device -1). Links the shim as an NCCL program does,
+// nothing internal. Covers communicator creation (InitRank, InitAll, Split), routing decisions,
+// groups (one and several communicators per thread, the nccl-tests -g 2 pattern), error codes, and
+// AllReduce / Send / Recv / Broadcast / AllGather / AlltoAll / Gather / Scatter with verified payloads.
+#include <gtest/gtest.h>
+#include <nccl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+#define CHECK_NCCL(call)                                                                                 \
+  do {                                                                                                   \
+    ncclResult_t r_ = (call);                                                                            \
+    if (r_ != ncclSuccess)                                                                               \
+      throw std::runtime_error(std::string(#call) + " -> " + ncclGetErrorString(r_) + ": " +             \
+                               ncclGetLastError(nullptr) + " (line " + std::to_string(__LINE__) + ")"); \
+  } while (0)
+#define CHECK(cond)                                                                                      \
+  do {                                                                                                   \
+    if (!(cond)) throw std::runtime_error(std::string("check failed: ") + #cond + " (line " +            \
+                                          std::to_string(__LINE__) + ")");                               \
+  } while (0)
+
+// Runs fn(rank) in `n` forked processes; returns "" or what failed.
+std::string run_ranks(int n, const std::function<void(int)>& fn, int timeout_s = 60) {
+  std::vector<pid_t> pids;
+  int pipes[2];
+  if (pipe(pipes) != 0) return "pipe failed";
+  for (int r = 0; r < n; ++r) {
+    pid_t p = fork();
+    if (p == 0) {
+      close(pipes[0]);
+      std::string err;
+      try {
+        fn(r);
+      } catch (const std::exception& e) {
+        err = "rank " + std::to_string(r) + ": " + e.what() + "\n";
+      }
+      if (!err.empty()) (void)!write(pipes[1], err.data(), err.size());
+      _exit(err.empty() ? 0 : 1);
+    }
+    pids.push_back(p);
+  }
+  close(pipes[1]);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  std::string failed;
+  for (pid_t p : pids) {
+    int st = 0;
+    while (waitpid(p, &st, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(p, SIGKILL);
+        waitpid(p, &st, 0);
+        failed += "a rank timed out\n";
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (WIFSIGNALED(st) && WTERMSIG(st) != SIGKILL) failed += "a rank died of signal " + std::to_string(WTERMSIG(st)) + "\n";
+  }
+  char buf[4096];
+  ssize_t k;
+  while ((k = read(pipes[0], buf, sizeof buf)) > 0) failed.append(buf, static_cast<size_t>(k));
+  close(pipes[0]);
+  return failed;
+}
+
+ncclUniqueId new_id() {
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) throw std::runtime_error("ncclGetUniqueId failed");
+  return id;
+}
+
+ncclComm_t init(int n, const ncclUniqueId& id, int rank) {
+  ncclComm_t c = nullptr;
+  CHECK_NCCL(ncclCommInitRank(&c, n, id, rank));
+  return c;
+}
+
+}  // namespace
+
+class Env : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    setenv("PEERLINK_NCCL_HOST_BACKEND", "1", 1);
+    setenv("PEERLINK_TIMEOUT_MS", "20000", 0);
+  }
+};
+static ::testing::Environment* const g_env = ::testing::AddGlobalTestEnvironment(new Env);
+
+TEST(NcclApi, VersionErrorStringsAndArgumentChecks) {
+  int v = 0;
+  ASSERT_EQ(ncclGetVersion(&v), ncclSuccess);
+  EXPECT_EQ(v, NCCL_VERSION_CODE);
+  EXPECT_EQ(ncclGetVersion(nullptr), ncclInvalidArgument);
+  EXPECT_STREQ(ncclGetErrorString(ncclSuccess), "no error");
+  EXPECT_NE(std::string(ncclGetErrorString(ncclInvalidUsage)).find("invalid usage"), std::string::npos);
+  EXPECT_EQ(ncclGetUniqueId(nullptr), ncclInvalidArgument);
+  ncclUniqueId id = new_id();
+  ncclComm_t c = nullptr;
+  EXPECT_EQ(ncclCommInitRank(&c, 2, id, 2), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("rank 2 of nranks 2"), std::string::npos);
+  EXPECT_EQ(ncclCommInitRank(&c, 0, id, 0), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommInitRank(nullptr, 1, id, 0), ncclInvalidArgument);
+  ncclConfig_t bad_cfg = NCCL_CONFIG_INITIALIZER;
+  bad_cfg.magic = 0;
+  EXPECT_EQ(ncclCommInitRankConfig(&c, 1, id, 0, &bad_cfg), ncclInvalidArgument);
+  int n = 0;
+  EXPECT_EQ(ncclCommCount(nullptr, &n), ncclInvalidArgument);
+  EXPECT_EQ(ncclAllReduce(nullptr, nullptr, 1, ncclFloat, ncclSum, nullptr, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);  // no group open
+  EXPECT_EQ(ncclCommDestroy(nullptr), ncclInvalidArgument);
+  void* p = nullptr;
+  ASSERT_EQ(ncclMemAlloc(&p, 1000), ncclSuccess);
+  ASSERT_NE(p, nullptr);
+  std::memset(p, 1, 1000);
+  EXPECT_EQ(ncclMemFree(p), ncclSuccess);
+  EXPECT_EQ(ncclMemAlloc(nullptr, 8), ncclInvalidArgument);
+}
+
+// Single-rank communicator in this process: queries, registration, async error, bad op arguments.
+TEST(NcclApi, OneRankQueriesRegistrationAndErrors) {
+  ncclUniqueId id = new_id();
+  ncclComm_t c = nullptr;
+  ASSERT_EQ(ncclCommInitRank(&c, 1, id, 0), ncclSuccess) << ncclGetLastError(nullptr);
+  int n = -1, r = -1, d = 7;
+  EXPECT_EQ(ncclCommCount(c, &n), ncclSuccess);
+  EXPECT_EQ(ncclCommUserRank(c, &r), ncclSuccess);
+  EXPECT_EQ(ncclCommCuDevice(c, &d), ncclSuccess);
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(r, 0);
+  EXPECT_EQ(d, -1);  // host backend
+  EXPECT_EQ(ncclCommCount(c, nullptr), ncclInvalidArgument);
+  std::vector<float> a(64, 2.0f), b(64, 0.0f);
+  void* h = nullptr;
+  ASSERT_EQ(ncclCommRegister(c, a.data(), a.size() * 4, &h), ncclSuccess);
+  EXPECT_EQ(ncclCommDeregister(c, h), ncclSuccess);
+  EXPECT_EQ(ncclCommDeregister(c, h), ncclInvalidArgument);  // twice
+  ncclWindow_t w = nullptr;
+  ASSERT_EQ(ncclCommWindowRegister(c, b.data(), b.size() * 4, &w, NCCL_WIN_COLL_SYMMETRIC), ncclSuccess);
+  EXPECT_EQ(ncclCommWindowDeregister(c, w), ncclSuccess);
+  // Bad arguments are rejected before anything is queued.
+  EXPECT_EQ(ncclAllReduce(a.data(), b.data(), 64, static_cast<ncclDataType_t>(99), ncclSum, c, nullptr),
+            ncclInvalidArgument);
+  EXPECT_EQ(ncclAllReduce(a.data(), b.data(), 64, ncclFloat, static_cast<ncclRedOp_t>(77), c, nullptr),
+            ncclInvalidArgument);
+  EXPECT_EQ(ncclAllReduce(nullptr, b.data(), 64, ncclFloat, ncclSum, c, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclSend(a.data(), 64, ncclFloat, 1, c, nullptr), ncclInvalidArgument);  // peer out of range
+  EXPECT_EQ(ncclBroadcast(a.data(), b.data(), 64, ncclFloat, -1, c, nullptr), ncclInvalidArgument);
+  // One rank: the allreduce is a copy; send/recv to itself inside a group is a copy.
+  ASSERT_EQ(ncclAllReduce(a.data(), b.data(), 64, ncclFloat, ncclSum, c, nullptr), ncclSuccess)
+      << ncclGetLastError(nullptr);
+  EXPECT_EQ(b[63], 2.0f);
+  std::vector<int> s(10, 5), t(10, 0);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclSend(s.data(), 10, ncclInt, 0, c, nullptr), ncclSuccess);
+  ASSERT_EQ(ncclRecv(t.data(), 10, ncclInt, 0, c, nullptr), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  EXPECT_EQ(t[9], 5);
+  // What peerlink does not implement goes to the real NCCL, which the host backend cannot use:
+  // an error, never a wrong result.
+  std::vector<int8_t> i8(16, 1), o8(16, 0);
+  EXPECT_EQ(ncclAllReduce(i8.data(), o8.data(), 16, ncclInt8, ncclSum, c, nullptr), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(c)).find("real NCCL"), std::string::npos);
+  EXPECT_EQ(ncclAllReduce(a.data(), b.data(), 64, ncclFloat, ncclAvg, c, nullptr), ncclInvalidUsage);
+  float scale = 0.5f;
+  ncclRedOp_t pre;
+  ASSERT_EQ(ncclRedOpCreatePreMulSum(&pre, &scale, ncclFloat, ncclScalarHostImmediate, c), ncclSuccess);
+  EXPECT_GE(static_cast<int>(pre), static_cast<int>(ncclNumOps));
+  EXPECT_EQ(ncclAllReduce(a.data(), b.data(), 64, ncclFloat, pre, c, nullptr), ncclInvalidUsage);
+  EXPECT_EQ(ncclRedOpDestroy(pre, c), ncclSuccess);
+  EXPECT_EQ(ncclRedOpDestroy(pre, c), ncclInvalidArgument);
+  ncclResult_t async = ncclInternalError;
+  EXPECT_EQ(ncclCommGetAsyncError(c, &async), ncclSuccess);
+  EXPECT_EQ(async, ncclSuccess);
+  EXPECT_EQ(ncclCommFinalize(c), ncclSuccess);
+  EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// Routing: an id a real NCCL made (no peerlink magic) and one made on another host both go to the
+// real NCCL, which is an error on the host backend (nothing is silently run on peerlink).
+TEST(NcclApi, RoutingForeignIdsGoToRealNccl) {
+  ncclUniqueId foreign;
+  std::memset(&foreign, 0, sizeof foreign);
+  foreign.internal[0] = 2;  // looks like a real NCCL bootstrap handle
+  ncclComm_t c = nullptr;
+  EXPECT_EQ(ncclCommInitRank(&c, 2, foreign, 0), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("real NCCL"), std::string::npos);
+  ncclUniqueId other_host = new_id();
+  for (int i = 72; i < 80; ++i) other_host.internal[i] ^= 0x5a;  // host identity field (unique_id.h)
+  EXPECT_EQ(ncclCommInitRank(&c, 2, other_host, 1), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("another host"), std::string::npos);
+}
+
+// Three processes: allreduce (several dtypes and ops, in and out of place), a send/recv ring in a
+// group, broadcast, all-gather, all-to-all, gather, scatter, split; payloads verified.
+TEST(NcclApi, ThreeProcessesCollectivesAndP2p) {
+  const int n = 3;
+  ncclUniqueId id = new_id();
+  std::string err = run_ranks(n, [&](int rank) {
+    ncclComm_t c = init(n, id, rank);
+    const size_t count = 1000;
+    std::vector<float> f(count), fo(count, -1.0f);
+    for (size_t i = 0; i < count; ++i) f[i] = static_cast<float>(rank + 1) * 0.5f + static_cast<float>(i);
+    CHECK_NCCL(ncclAllReduce(f.data(), fo.data(), count, ncclFloat32, ncclSum, c, nullptr));
+    for (size_t i = 0; i < count; ++i) CHECK(fo[i] == 3.0f + 3.0f * static_cast<float>(i));  // 0.5+1+1.5
+    std::vector<int32_t> m(count);
+    for (size_t i = 0; i < count; ++i) m[i] = static_cast<int32_t>((i * 7 + static_cast<size_t>(rank) * 13) % 101);
+    CHECK_NCCL(ncclAllReduce(m.data(), m.data(), count, ncclInt32, ncclMax, c, nullptr));  // in place
+    for (size_t i = 0; i < count; ++i) {
+      int32_t want = 0;
+      for (int q = 0; q < n; ++q) want = std::max(want, static_cast<int32_t>((i * 7 + static_cast<size_t>(q) * 13) % 101));
+      CHECK(m[i] == want);
+    }
+    std::vector<uint32_t> u(count, 0xFFFFFFF0u + static_cast<uint32_t>(rank)), uo(count);
+    CHECK_NCCL(ncclAllReduce(u.data(), uo.data(), count, ncclUint32, ncclSum, c, nullptr));
+    CHECK(uo[5] == 0xFFFFFFF0u * 3u + 3u);  // wraps like NCCL
+    // Ring in one group: send to the next rank, receive from the previous.
+    std::vector<int64_t> s(257), r(257, -1);
+    for (size_t i = 0; i < s.size(); ++i) s[i] = rank * 100000 + static_cast<int64_t>(i);
+    CHECK_NCCL(ncclGroupStart());
+    CHECK_NCCL(ncclSend(s.data(), s.size(), ncclInt64, (rank + 1) % n, c, nullptr));
+    CHECK_NCCL(ncclRecv(r.data(), r.size(), ncclInt64, (rank + n - 1) % n, c, nullptr));
+    CHECK_NCCL(ncclGroupEnd());
+    for (size_t i = 0; i < r.size(); ++i) CHECK(r[i] == ((rank + n - 1) % n) * 100000 + static_cast<int64_t>(i));
+    // In place (sendrecv_perf's in-place run): send from and receive into the same buffer.
+    std::vector<int32_t> ip(100000);
+    for (size_t i = 0; i < ip.size(); ++i) ip[i] = rank * 1000000 + static_cast<int32_t>(i);
+    for (int iter = 0; iter < 2; ++iter) {
+      CHECK_NCCL(ncclGroupStart());
+      CHECK_NCCL(ncclSend(ip.data(), ip.size(), ncclInt32, (rank + 1) % n, c, nullptr));
+      CHECK_NCCL(ncclRecv(ip.data(), ip.size(), ncclInt32, (rank + n - 1) % n, c, nullptr));
+      CHECK_NCCL(ncclGroupEnd());
+    }
+    for (size_t i = 0; i < ip.size(); i += 997)
+      CHECK(ip[i] == ((rank + 2 * (n - 1)) % n) * 1000000 + static_cast<int32_t>(i));
+    // Broadcast from rank 1 (int8: no arithmetic, any dtype), in place with ncclBcast too.
+    std::vector<int8_t> b(333, static_cast<int8_t>(rank == 1 ? 42 : 0));
+    CHECK_NCCL(ncclBcast(b.data(), b.size(), ncclInt8, 1, c, nullptr));
+    for (int8_t x : b) CHECK(x == 42);
+    // All-gather, all-to-all, gather to 2, scatter from 0.
+    std::vector<int32_t> mine(50), all(50 * n, -1);
+    for (int i = 0; i < 50; ++i) mine[i] = rank * 1000 + i;
+    CHECK_NCCL(ncclAllGather(mine.data(), all.data(), 50, ncclInt32, c, nullptr));
+    for (int q = 0; q < n; ++q)
+      for (int i = 0; i < 50; ++i) CHECK(all[q * 50 + i] == q * 1000 + i);
+    std::vector<int32_t> a2a_in(20 * n), a2a_out(20 * n, -1);
+    for (int q = 0; q < n; ++q)
+      for (int i = 0; i < 20; ++i) a2a_in[q * 20 + i] = rank * 10000 + q * 100 + i;
+    CHECK_NCCL(ncclAlltoAll(a2a_in.data(), a2a_out.data(), 20, ncclInt32, c, nullptr));
+    for (int q = 0; q < n; ++q)
+      for (int i = 0; i < 20; ++i) CHECK(a2a_out[q * 20 + i] == q * 10000 + rank * 100 + i);
+    std::vector<int32_t> g(50 * n, -1);
+    CHECK_NCCL(ncclGather(mine.data(), rank == 2 ? g.data() : nullptr, 50, ncclInt32, 2, c, nullptr));
+    if (rank == 2)
+      for (int q = 0; q < n; ++q) CHECK(g[q * 50 + 7] == q * 1000 + 7);
+    std::vector<int32_t> sc(30, -1);
+    std::vector<int32_t> src(30 * n);
+    for (int i = 0; i < 30 * n; ++i) src[i] = 5000 + i;
+    CHECK_NCCL(ncclScatter(rank == 0 ? src.data() : nullptr, sc.data(), 30, ncclInt32, 0, c, nullptr));
+    for (int i = 0; i < 30; ++i) CHECK(sc[i] == 5000 + rank * 30 + i);
+    // Reduce-scatter, reduce to 1, broadcast of floats from 0 (peerlink's collectives).
+    std::vector<float> rs_in(10 * n), rs_out(10, -1.0f);
+    for (int i = 0; i < 10 * n; ++i) rs_in[i] = static_cast<float>(rank + i);
+    CHECK_NCCL(ncclReduceScatter(rs_in.data(), rs_out.data(), 10, ncclFloat32, ncclSum, c, nullptr));
+    for (int i = 0; i < 10; ++i) CHECK(rs_out[i] == 3.0f + 3.0f * static_cast<float>(rank * 10 + i));
+    std::vector<float> red(count, -1.0f);
+    CHECK_NCCL(ncclReduce(f.data(), rank == 1 ? red.data() : nullptr, count, ncclFloat32, ncclMax, 1, c, nullptr));
+    if (rank == 1)
+      for (size_t i = 0; i < count; i += 37) CHECK(red[i] == 1.5f + static_cast<float>(i));
+    std::vector<float> bc(77, rank == 0 ? 9.25f : 0.0f), bco(77, -1.0f);
+    CHECK_NCCL(ncclBroadcast(bc.data(), bco.data(), 77, ncclFloat32, 0, c, nullptr));
+    for (float x : bco) CHECK(x == 9.25f);
+    // Split: even ranks {0, 2} and odd {1}; key reverses the order.
+    ncclComm_t sub = nullptr;
+    CHECK_NCCL(ncclCommSplit(c, rank % 2, -rank, &sub, nullptr));
+    CHECK(sub != nullptr);
+    int sn = 0, sr = -1;
+    CHECK_NCCL(ncclCommCount(sub, &sn));
+    CHECK_NCCL(ncclCommUserRank(sub, &sr));
+    CHECK(sn == (rank % 2 == 0 ? 2 : 1));
+    if (rank == 0) CHECK(sr == 1);
+    if (rank == 2) CHECK(sr == 0);
+    std::vector<double> d(16, rank + 1.0), dout(16);
+    CHECK_NCCL(ncclAllReduce(d.data(), dout.data(), 16, ncclFloat64, ncclSum, sub, nullptr));
+    CHECK(dout[0] == (rank % 2 == 0 ? 4.0 : 2.0));
+    ncclComm_t none = reinterpret_cast<ncclComm_t>(1);
+    CHECK_NCCL(ncclCommSplit(c, rank == 0 ? NCCL_SPLIT_NOCOLOR : 7, 0, &none, nullptr));
+    CHECK((rank == 0) == (none == nullptr));
+    if (none) {
+      std::vector<float> x(4, 1.0f);
+      CHECK_NCCL(ncclAllReduce(x.data(), x.data(), 4, ncclFloat, ncclSum, none, nullptr));
+      CHECK(x[3] == 2.0f);
+      CHECK_NCCL(ncclCommDestroy(none));
+    }
+    CHECK_NCCL(ncclCommDestroy(sub));
+    CHECK_NCCL(ncclCommDestroy(c));
+  });
+  EXPECT_EQ(err, "");
+}
+
+// The nccl-tests -g 2 pattern: one process, two communicators, one thread; creation inside a
+// group, then collectives and send/recv of both communicators inside one group.
+TEST(NcclApi, TwoCommunicatorsOneThreadGroups) {
+  std::string err = run_ranks(1, [&](int) {
+    ncclUniqueId id = new_id();
+    ncclComm_t c[2] = {nullptr, nullptr};
+    CHECK_NCCL(ncclGroupStart());
+    for (int i = 0; i < 2; ++i) CHECK_NCCL(ncclCommInitRank(&c[i], 2, id, i));
+    CHECK_NCCL(ncclGroupEnd());
+    std::vector<float> in[2], out[2];
+    for (int i = 0; i < 2; ++i) {
+      in[i].assign(4096, static_cast<float>(i + 1));
+      out[i].assign(4096, 0.0f);
+    }
+    for (int iter = 0; iter < 3; ++iter) {
+      CHECK_NCCL(ncclGroupStart());
+      for (int i = 0; i < 2; ++i) CHECK_NCCL(ncclAllReduce(in[i].data(), out[i].data(), 4096, ncclFloat, ncclSum, c[i], nullptr));
+      CHECK_NCCL(ncclGroupEnd());
+      for (int i = 0; i < 2; ++i) CHECK(out[i][4095] == 3.0f);
+      // sendrecv_perf's pattern: each sends to the next and receives from the previous.
+      std::vector<int> s[2], r[2];
+      for (int i = 0; i < 2; ++i) {
+        s[i].assign(1000 + iter, i * 7 + iter);
+        r[i].assign(1000 + iter, -1);
+      }
+      CHECK_NCCL(ncclGroupStart());
+      for (int i = 0; i < 2; ++i) {
+        CHECK_NCCL(ncclSend(s[i].data(), s[i].size(), ncclInt, 1 - i, c[i], nullptr));
+        CHECK_NCCL(ncclRecv(r[i].data(), r[i].size(), ncclInt, 1 - i, c[i], nullptr));
+      }
+      CHECK_NCCL(ncclGroupEnd());
+      for (int i = 0; i < 2; ++i) CHECK(r[i][999] == (1 - i) * 7 + iter);
+    }
+    for (int i = 0; i < 2; ++i) CHECK_NCCL(ncclCommDestroy(c[i]));
+    // ncclCommInitAll: the same, made by the library.
+    ncclComm_t all[2];
+    CHECK_NCCL(ncclCommInitAll(all, 2, nullptr));
+    std::vector<int64_t> x0(8, 5), x1(8, 6);
+    CHECK_NCCL(ncclGroupStart());
+    CHECK_NCCL(ncclAllReduce(x0.data(), x0.data(), 8, ncclInt64, ncclProd, all[0], nullptr));
+    CHECK_NCCL(ncclAllReduce(x1.data(), x1.data(), 8, ncclInt64, ncclProd, all[1], nullptr));
+    CHECK_NCCL(ncclGroupEnd());
+    CHECK(x0[7] == 30 && x1[0] == 30);
+    for (auto* cc : all) CHECK_NCCL(ncclCommDestroy(cc));
+  });
+  EXPECT_EQ(err, "");
+}
+
+// Several communicators per process, driven from several threads (one thread per communicator,
+// as NCCL allows), two processes; then abort instead of destroy.
+TEST(NcclApi, SeveralCommunicatorsFromThreads) {
+  ncclUniqueId ids[2] = {new_id(), new_id()};
+  std::string err = run_ranks(2, [&](int rank) {
+    std::vector<std::string> errors(2);
+    std::vector<std::thread> ts;
+    for (int k = 0; k < 2; ++k)
+      ts.emplace_back([&, k] {
+        try {
+          ncclComm_t c = init(2, ids[k], rank);
+          for (int iter = 0; iter < 20; ++iter) {
+            std::vector<int> v(100 + iter, rank + k * 10 + iter);
+            CHECK_NCCL(ncclAllReduce(v.data(), v.data(), v.size(), ncclInt, ncclSum, c, nullptr));
+            CHECK(v.back() == 1 + 2 * (k * 10 + iter));
+          }
+          CHECK_NCCL(k == 0 ? ncclCommDestroy(c) : ncclCommAbort(c));
+        } catch (const std::exception& e) {
+          errors[k] = e.what();
+        }
+      });
+    for (auto& t : ts) t.join();
+    for (auto& e : errors) CHECK(e.empty() || (throw std::runtime_error(e), false));
+  });
+  EXPECT_EQ(err, "");
+}
