@@ -37,6 +37,12 @@ char* open_checked(detail::CommServices& svc, int p, const gpu::MemHandle& h, gp
   char* base = static_cast<char*>(svc.open_peer_memory(p, h));
   *handle = h;
   if (h.kind == gpu::HandleKind::DeviceIpc) {
+    // The range query answers only in the context that owns the mapping: with two communicators of
+    // one process on two GPUs (nccl-tests -g 2) the peer's allocation is this process's own memory
+    // of the other device, and cuMemGetAddressRange from this device's context said NOT_FOUND
+    // (seen on 2x H200). Ask in the context of the device that holds it.
+    int holder = gpu::pointer_device(base);
+    gpu::DeviceGuard on_holder(holder >= 0 ? holder : -1);
     gpu::AddressRange r = gpu::address_range(base);
     if (r.base != base || r.size < h.alloc_bytes)
       throw InvalidArgument(cat("allreduce setup: rank ", p, "'s allocation maps ", r.size, " bytes at ", r.base,

@@ -93,6 +93,9 @@ class Backend {
   // The job's processes by rank (0 for this rank): descriptor handles are accepted from these only,
   // and a handle sent by rank r must name rank r's process.
   virtual void set_peer_pids(const std::vector<int32_t>& pids_by_rank) {}
+  // `base` is memory of another communicator of this process (used by pointer, not IPC-opened):
+  // make it reachable from this backend's kernels (peer access between two GPUs). No-op on host.
+  virtual void share_in_process(void* base) {}
 };
 
 // Backend settings the transport passes down from Options.

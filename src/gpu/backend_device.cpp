@@ -271,6 +271,14 @@ class DeviceBackend final : public Backend {
     memcpy_sync(dst, src, bytes);
   }
   void bind_worker_thread() override { set_device(dev_); }
+  // Two communicators of one process on two GPUs (nccl-tests -g 2) use each other's memory by
+  // pointer; kernels (allreduce, stream send/recv) need peer access for that, which IPC-opened memory
+  // gets from the open (seen on 2x H200: an illegal address in sendrecv_perf -g 2 without it).
+  void share_in_process(void* base) override {
+    int holder = pointer_device(base);
+    if (holder >= 0 && holder != dev_) enable_peer_access(dev_, holder);
+  }
+
   void set_peer_pids(const std::vector<int32_t>& pids_by_rank) override {  // 0 = this rank
     std::vector<int32_t> pids;
     for (int32_t p : pids_by_rank)

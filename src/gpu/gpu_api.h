@@ -37,6 +37,7 @@ using StreamCaptureStatus = PL_RT_(StreamCaptureStatus);
 inline constexpr const char* kRuntimeName = PL_RT_PREFIX_;  // "cuda" or "hip"
 inline constexpr Error kSuccess = PL_RT_(Success);
 inline constexpr Error kNotReady = PL_RT_(ErrorNotReady);
+inline constexpr Error kPeerAccessAlreadyEnabled = PL_RT_(ErrorPeerAccessAlreadyEnabled);
 inline constexpr auto kMemcpyDefault = PL_RT_(MemcpyDefault);
 inline constexpr unsigned kStreamNonBlocking = PL_RT_(StreamNonBlocking);
 inline constexpr unsigned kEventDisableTiming = PL_RT_(EventDisableTiming);
@@ -93,6 +94,7 @@ PL_RT_MAP_(SetDevice)
 PL_RT_MAP_(GetLastError)
 PL_RT_MAP_(DeviceGetPCIBusId)
 PL_RT_MAP_(DeviceCanAccessPeer)
+PL_RT_MAP_(DeviceEnablePeerAccess)
 PL_RT_MAP_(DeviceGetAttribute)
 PL_RT_MAP_(DeviceGetP2PAttribute)
 PL_RT_MAP_(DeviceSynchronize)

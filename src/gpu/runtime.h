@@ -31,6 +31,9 @@ SavedDevice enter_device(int dev);
 void leave_device(const SavedDevice& saved) noexcept;
 std::string pci_bus_id(int dev);  // "0000:3b:00.0"
 bool can_access_peer(int dev, int peer);
+// Lets kernels on `dev` touch memory of `peer` in this process (cudaDeviceEnablePeerAccess from
+// dev's context); already enabled is fine. IPC-opened memory needs no call (opened with lazy access).
+void enable_peer_access(int dev, int peer);
 // 1 when the two devices are linked by NVLink/xGMI as far as the runtime tells; -1 unknown.
 int p2p_link_hint(int dev, int peer);
 

@@ -99,6 +99,18 @@ std::string pci_bus_id(int dev) {
   return buf;
 }
 
+void enable_peer_access(int dev, int peer) {
+  if (dev == peer || dev < 0 || peer < 0) return;
+  SavedDevice saved = enter_device(dev);
+  rt::Error e = rt::DeviceEnablePeerAccess(peer, 0u);
+  leave_device(saved);
+  if (e == rt::kPeerAccessAlreadyEnabled) {
+    (void)rt::GetLastError();  // not sticky, but clear it so later checks are not confused
+    return;
+  }
+  rt::check(e, rt::DeviceEnablePeerAccess_name);
+}
+
 bool can_access_peer(int dev, int peer) {
   if (dev == peer) return true;
   int ok = 0;

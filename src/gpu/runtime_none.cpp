@@ -22,6 +22,7 @@ SavedDevice enter_device(int dev) {
 void leave_device(const SavedDevice&) noexcept {}
 std::string pci_bus_id(int) { no_gpu("pci_bus_id"); }
 bool can_access_peer(int, int) { return false; }
+void enable_peer_access(int, int) {}
 int p2p_link_hint(int, int) { return -1; }
 void* device_malloc(size_t) { no_gpu("device_malloc"); }
 void device_free(void*) {}

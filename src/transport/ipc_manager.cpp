@@ -101,7 +101,9 @@ std::shared_ptr<Mapping> IpcManager::open_locked(int peer, const gpu::MemHandle&
     }
   std::shared_ptr<Mapping> m;
   if (h.owner_pid == self_.pid && h.owner_start == self_.start_time) {
-    m = std::make_shared<Mapping>(be_, ctr_, h, in_process_base(peer, h), false);
+    char* base = in_process_base(peer, h);
+    be_.share_in_process(base);
+    m = std::make_shared<Mapping>(be_, ctr_, h, base, false);
   } else {
     char* base = static_cast<char*>(be_.open_from(h, peer));
     ctr_.opens.fetch_add(1, std::memory_order_relaxed);
