@@ -120,7 +120,7 @@ TEST(CollSetup, EveryCorruptFieldIsInvalidArgumentNamingIt) {
 TEST(MpCollSetup, CorruptPeerRecordIsATypedErrorOnTheVictim) {
   std::vector<Corruption> cases = corruptions();
   cases.push_back({"handle claims more than the segment", [](SetupRecord& r) { r.data.alloc_bytes += 1 << 20; },
-                   "its handle"});  // coll_state (device) or the host backend's open
+                   "handle"});  // coll_state (device) or the host backend's open
   for (const Corruption& c : cases) {
     std::string uid = pltest::unique_test_id("coll-hostile");
     std::string fail = pltest::run_ranks(2, [&](int rank) {
