@@ -9,6 +9,7 @@
 
 #include "peerlink/peerlink.h"
 #include "support/mp.h"
+#include "support/test_devices.h"
 #include "transport/services.h"
 
 using namespace peerlink;
@@ -17,18 +18,8 @@ using namespace std::chrono;
 
 namespace {
 
-std::vector<int> test_devices() {
-  std::vector<int> d;
-  const char* v = std::getenv("PEERLINK_TEST_DEVICES");
-  std::stringstream ss(v && *v ? v : "-1");
-  std::string item;
-  while (std::getline(ss, item, ',')) d.push_back(std::stoi(item));
-  return d;
-}
-int device_of(int rank) {
-  auto d = test_devices();
-  return d[rank % d.size()];
-}
+using pltest::device_of;
+using pltest::test_devices;
 
 // Host staging for device buffers: the tests fill and check through the backend's copies.
 void put(Communicator& c, void* dst, const void* src, size_t n) { peerlink::detail::services(c).backend().copy_sync(dst, src, n); }

@@ -11,6 +11,7 @@
 #include "gpu/vmm.h"
 #include "peerlink/peerlink.h"
 #include "support/mp.h"
+#include "support/test_devices.h"
 
 using namespace peerlink;
 using pltest::run_ranks;
@@ -18,18 +19,8 @@ using namespace std::chrono;
 
 namespace {
 
-std::vector<int> test_devices() {
-  std::vector<int> d;
-  const char* v = std::getenv("PEERLINK_TEST_DEVICES");
-  std::stringstream ss(v && *v ? v : "-1");
-  std::string item;
-  while (std::getline(ss, item, ',')) d.push_back(std::stoi(item));
-  return d;
-}
-int device_of(int rank) {
-  auto d = test_devices();
-  return d[rank % d.size()];
-}
+using pltest::device_of;
+using pltest::test_devices;
 #define REQUIRE_GPU_DEVICES()                                                          \
   if (device_of(0) < 0 || device_of(1) < 0)                                            \
   GTEST_SKIP() << "set PEERLINK_TEST_DEVICES to GPU ordinals, e.g. 0,1 (host backend now)"
