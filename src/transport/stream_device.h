@@ -1,0 +1,248 @@
+// Device helpers of the stream-ordered engine's kernels (stream_kernels.cu, the only includer):
+// the launch context, error recording and the pair abort, bounded flag waits, the block copy, and
+// the LL line format with its reader. Kept apart so each file stays small; see stream_kernels.cu
+// for the memory-ordering rules they follow.
+#pragma once
+#include "gpu/device.h"
+#include "transport/stream_launch.h"
+
+namespace peerlink::stream {
+namespace {  // one translation unit includes this
+
+using gpu::dev::fence_acq_rel_system;
+using gpu::dev::fence_system;
+using gpu::dev::load_volatile_16;
+using gpu::dev::store_volatile_16;
+using gpu::dev::now_ns;
+using gpu::dev::pdl_launch_dependents;
+using gpu::dev::pdl_wait;
+using gpu::dev::store_release_system;
+__device__ __forceinline__ uint64_t load_volatile(const uint64_t* p) { return *reinterpret_cast<const volatile uint64_t*>(p); }
+
+constexpr int kThreads = kStreamThreads;
+constexpr uint64_t kFlagsBytes = flags_bytes();     // constants, usable in device code
+constexpr uint64_t kStagingOff = staging_offset(true);
+constexpr uint64_t kRawLLOff = raw_ll_offset();
+
+struct Ctx {
+  const StreamLaunch* L;
+  const DevChannel* c;
+  uint64_t* abort;  // c->mine->error.v: set once the pair failed
+  int blk;          // this block's index among the channel's blocks
+  int nb;           // the channel's blocks
+};
+
+__device__ void record_error(const Ctx& x, uint32_t code) {
+  volatile uint32_t* err = x.L->error;
+  if (*err == 0) *err = code | (uint32_t(x.c->peer) << 8);
+  __threadfence_system();
+}
+
+// Stops the pair on both sides: our abort word, and the peer's for this pair (its kernels stop
+// waiting on us at once and report kErrAborted instead of running into their timeout).
+__device__ void abort_pair(const Ctx& x) {
+  *reinterpret_cast<volatile uint64_t*>(x.abort) = 1;
+  *reinterpret_cast<volatile uint64_t*>(&x.c->remote->error.v) = 1;
+  __threadfence_system();
+}
+
+// Thread 0: waits until *f >= target. False on timeout (recorded; the pair aborts) or abort.
+__device__ bool wait_ge(const Ctx& x, const uint64_t* f, uint64_t target) {
+  if (load_volatile(f) >= target) return true;
+  uint64_t t0 = now_ns();
+  for (uint32_t n = 1;; ++n) {
+    if (load_volatile(f) >= target) return true;
+    if ((n & 127) == 0) {
+      if (load_volatile(x.abort)) {
+        record_error(x, kErrAborted);  // no-op when this side's failure is already recorded
+        return false;
+      }
+      if (now_ns() - t0 > x.L->timeout_ns) {
+        record_error(x, kErrTimeout);
+        abort_pair(x);
+        return false;
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ uint4 load16(const uint4* p, bool fresh) {
+#if defined(PEERLINK_HIP)
+  if (!fresh) return *p;
+  uint64_t lo, hi;
+  gpu::dev::load_l2_16(p, lo, hi);  // two volatile 8-byte loads on HIP
+  uint4 v;
+  v.x = uint32_t(lo);
+  v.y = uint32_t(lo >> 32);
+  v.z = uint32_t(hi);
+  v.w = uint32_t(hi >> 32);
+  return v;
+#else
+  return fresh ? __ldcg(p) : *p;
+#endif
+}
+
+// Copy of n bytes by blocks [part, part + parts) of a channel's blocks (each block takes every
+// parts-th 16-byte vector; parts = 1: the whole block copies everything). `fresh`: src is rewritten
+// by a peer (read through L2, not L1). Four independent 16-byte loads per thread are in flight
+// before their stores, so one block keeps ~32 KB of NVLink writes outstanding.
+__device__ void part_copy(char* dst, const char* src, uint64_t n, bool fresh, int part, int parts) {
+  uint64_t head = 0;
+  const uint64_t stride = uint64_t(parts) * blockDim.x;
+  if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0) {
+    const uint64_t n16 = n / 16;
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    uint64_t i = uint64_t(part) * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n16; i += 4 * stride) {
+      uint4 v0 = load16(s + i, fresh), v1 = load16(s + i + stride, fresh);
+      uint4 v2 = load16(s + i + 2 * stride, fresh), v3 = load16(s + i + 3 * stride, fresh);
+      d[i] = v0;
+      d[i + stride] = v1;
+      d[i + 2 * stride] = v2;
+      d[i + 3 * stride] = v3;
+    }
+    for (; i < n16; i += stride) d[i] = load16(s + i, fresh);
+    head = n16 * 16;
+  }
+  for (uint64_t i = head + uint64_t(part) * blockDim.x + threadIdx.x; i < n; i += stride)
+    dst[i] = fresh ? *reinterpret_cast<const volatile char*>(src + i) : src[i];
+}
+
+// Every block of the channel calls this once when it leaves (after its __syncthreads); the last one
+// runs `last` (writes the channel's counters: every block has read them by then) and re-arms the
+// exit count for the next launch.
+template <typename Last>
+__device__ void channel_exit(const Ctx& x, Last&& last) {
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  uint64_t* e = &x.c->mine->exit[x.c->kind].v;
+  if (x.nb == 1 || atomicAdd(reinterpret_cast<unsigned long long*>(e), 1ull) == uint64_t(x.nb - 1)) {
+    last();
+    if (x.nb > 1) atomicExch(reinterpret_cast<unsigned long long*>(e), 0ull);
+  }
+}
+
+// The LL flag of published-form message k: never 0 (a zeroed line never matches).
+__device__ __forceinline__ uint32_t ll_flag(uint64_t k) { return uint32_t(k % 0xFFFFFFFFull) + 1; }
+
+__device__ __forceinline__ char* ll_slot(PairSection* s, uint64_t k) {
+  return reinterpret_cast<char*>(s) + kFlagsBytes + (k % kLLSlots) * kLLSlotBytes;
+}
+// NCCL form: the LL area of staging slot `slot`.
+__device__ __forceinline__ char* raw_ll(PairSection* s, uint64_t slot) {
+  return reinterpret_cast<char*>(s) + kRawLLOff + slot * kLLSlotBytes;
+}
+
+// All threads of the block: header lines {h0, f, len, f} {h1, f, h2, f}, then src's bytes as LL lines
+// {lo, f, hi, f} (len <= kLLMax). Plain volatile stores into the peer's memory: no fence, no flag.
+__device__ void ll_write(char* slot, const char* src, uint64_t len, uint32_t f, uint32_t h0, uint32_t h1, uint32_t h2) {
+  if (threadIdx.x == 0) {
+    store_volatile_16(slot, h0, f, uint32_t(len), f);
+    store_volatile_16(slot + 16, h1, f, h2, f);
+  }
+  const uint64_t lines = (len + 7) / 8;
+  const bool aligned = (reinterpret_cast<uintptr_t>(src) & 7) == 0;
+  for (uint64_t i = threadIdx.x; i < lines; i += blockDim.x) {
+    uint64_t v = 0;
+    if (aligned && 8 * i + 8 <= len) {
+      v = *reinterpret_cast<const uint64_t*>(src + 8 * i);
+    } else {
+      for (uint64_t b = 8 * i; b < len && b < 8 * i + 8; ++b) v |= uint64_t(uint8_t(src[b])) << (8 * (b - 8 * i));
+    }
+    store_volatile_16(slot + 32 + 16 * i, uint32_t(v), f, uint32_t(v >> 32), f);
+  }
+}
+
+// Thread 0: both header lines of an LL slot carry flag f. hdr = {h0, len, h1, h2}.
+__device__ __forceinline__ bool ll_header(const char* slot, uint32_t f, uint32_t* hdr) {
+  uint32_t a, fa, b, fb, c2, fc, d, fd;
+  load_volatile_16(slot, a, fa, b, fb);
+  if (fa != f || fb != f) return false;
+  load_volatile_16(slot + 16, c2, fc, d, fd);
+  if (fc != f || fd != f) return false;
+  hdr[0] = a;
+  hdr[1] = b;
+  hdr[2] = c2;
+  hdr[3] = d;
+  return true;
+}
+
+// Published form, receiver (one block). Thread 0 posts recv k, then waits for whichever way the
+// sender's message k comes: pub_ready >= k (direct copy, ReadyDesc tells how it went) or the LL
+// header in ring slot k % kLLSlots (the sender chooses by its length, so a length mismatch across
+// the kLLMax boundary is still seen as a mismatch, never a hang). Returns 1 direct, 2 LL, 0 failed.
+// (Also the NCCL form's wait for chunk g: ready = raw_slot_ready[slot], k = g + 1.)
+__device__ int wait_ready_or_ll(const Ctx& x, const uint64_t* ready, uint64_t k, const char* slot, uint32_t* hdr) {
+  const uint32_t f = ll_flag(k);
+  uint64_t t0 = 0;
+  for (uint32_t n = 0;; ++n) {
+    if (load_volatile(ready) >= k) return 1;
+    if (ll_header(slot, f, hdr)) return 2;  // {buf_id, len, offset low, offset high}
+    if (n == 0) t0 = now_ns();
+    if ((n & 127) == 127) {
+      if (load_volatile(x.abort)) {
+        record_error(x, kErrAborted);
+        return 0;
+      }
+      if (now_ns() - t0 > x.L->timeout_ns) {
+        record_error(x, kErrTimeout);
+        abort_pair(x);
+        return 0;
+      }
+    }
+  }
+}
+
+// All threads: waits for lines [2, 2 + ceil(len / 8)) of an LL slot, copies their bytes to dst
+// (nullptr: a mismatch, nothing written) and zeroes every line of the message, header included.
+// False when a wait ran out (recorded; the pair aborts).
+__device__ bool ll_read(const Ctx& x, uint64_t k, char* slot, uint64_t len, char* dst) {
+  __shared__ int s_fail;
+  if (threadIdx.x == 0) s_fail = 0;
+  __syncthreads();
+  const uint32_t f = ll_flag(k);
+  const uint64_t lines = (len + 7) / 8;
+  const bool aligned = (reinterpret_cast<uintptr_t>(dst) & 7) == 0;
+  for (uint64_t i = threadIdx.x; i < lines; i += blockDim.x) {
+    char* line = slot + 32 + 16 * i;
+    uint32_t lo, flo, hi, fhi;
+    uint64_t t0 = 0;
+    for (uint32_t n = 0;; ++n) {
+      load_volatile_16(line, lo, flo, hi, fhi);
+      if (flo == f && fhi == f) break;
+      if (n == 0) t0 = now_ns();
+      if ((n & 1023) == 1023) {
+        if (load_volatile(x.abort) || *reinterpret_cast<volatile int*>(&s_fail)) {
+          s_fail = 1;
+          break;
+        }
+        if (now_ns() - t0 > x.L->timeout_ns) {
+          record_error(x, kErrTimeout);
+          abort_pair(x);
+          s_fail = 1;
+          break;
+        }
+      }
+    }
+    if (*reinterpret_cast<volatile int*>(&s_fail)) break;
+    const uint64_t v = (uint64_t(hi) << 32) | lo;
+    if (dst) {
+      if (aligned && 8 * i + 8 <= len) {
+        *reinterpret_cast<uint64_t*>(dst + 8 * i) = v;
+      } else {
+        for (uint64_t b = 8 * i; b < len && b < 8 * i + 8; ++b) dst[b] = char(uint8_t(v >> (8 * (b - 8 * i))));
+      }
+    }
+    store_volatile_16(line, 0, 0, 0, 0);
+  }
+  if (threadIdx.x == 0) {
+    store_volatile_16(slot, 0, 0, 0, 0);
+    store_volatile_16(slot + 16, 0, 0, 0, 0);
+  }
+  __syncthreads();  // every line read and zeroed before thread 0 posts the next recv (the credit)
+  return s_fail == 0;
+}
+
+}  // namespace
+}  // namespace peerlink::stream
