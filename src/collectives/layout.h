@@ -23,7 +23,9 @@
 
 namespace peerlink::coll {
 
-constexpr int kMaxRanks = 8;     // one node
+// Ranks a collective supports (one node's GPUs). A job may have up to bootstrap::kMaxRanks (64)
+// ranks for point-to-point; its collectives then throw UnsupportedError.
+constexpr int kMaxRanks = 8;
 constexpr int kMaxBlocks = 160;  // >= SM count of the GPUs we launch one block per SM on
 constexpr int kPhases = 2;       // 0: input pushed, 1: reduced shard pushed (two-shot)
 constexpr size_t kHostLlMax = size_t(16) << 10;  // host backend: LL messages up to 16 KB (CI)

@@ -16,6 +16,9 @@
 #include "transport/wire.h"
 
 namespace peerlink::detail {
+
+// One limit of ranks per job: the transport's per-peer tables are sized by the bootstrap's.
+static_assert(kMaxPeers == bootstrap::kMaxRanks, "transport kMaxPeers must equal bootstrap::kMaxRanks");
 namespace {
 
 using common::cat;
