@@ -43,20 +43,28 @@ void BM_IpcExportCached(benchmark::State& st) {
 BENCHMARK(BM_IpcExportCached);
 
 void BM_IpcBindCached(benchmark::State& st) {
-  HostSetup h;
-  peerlink::detail::IpcManager ipc(*h.be, peerlink::common::self_proc_id());
+  // Rank 0 exports (as another "process", so the bind really opens), rank 1 binds: a host backend
+  // refuses to open one of its own allocations as a peer's buffer (a forged handle would).
+  const std::string job = "pl_plbench-micro-" + std::to_string(getpid()) + "-bind_";
+  auto be0 = peerlink::gpu::make_backend(-1, job + "r0_");
+  auto be1 = peerlink::gpu::make_backend(-1, job + "r1_");
+  void* buf = be0->alloc(HostSetup::kBytes);
+  peerlink::detail::IpcManager exporter(*be0, peerlink::common::ProcId{1, 1});
+  peerlink::detail::IpcManager ipc(*be1, peerlink::common::self_proc_id());
   peerlink::detail::Publication pub;
   pub.buf_id = 7;
   pub.version = 1;
   pub.len = 4096;
-  pub.handle = ipc.export_range(h.buf, 4096, &pub.offset);
+  pub.handle = exporter.export_range(buf, 4096, &pub.offset);
   for (auto _ : st) {
-    auto b = ipc.bind(1, pub);
+    auto b = ipc.bind(0, pub);
     if (!b.ptr) st.SkipWithError("bind returned no pointer");
     benchmark::DoNotOptimize(b.ptr);
   }
   if (ipc.counters().opens.load() > 1) st.SkipWithError("the peer allocation was opened more than once");
   st.SetItemsProcessed(st.iterations());
+  ipc.close_all();
+  be0->free(buf);
 }
 BENCHMARK(BM_IpcBindCached);
 
