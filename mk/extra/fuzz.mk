@@ -15,8 +15,9 @@ FUZZ_SRCS := $(sort $(wildcard tests/fuzz/*_fuzz.cpp))
 FUZZ_TARGETS ?= $(patsubst tests/fuzz/%_fuzz.cpp,%,$(FUZZ_SRCS))
 FUZZ_BINS := $(patsubst %,$(FUZZ_BUILD)/bin/%_fuzz,$(FUZZ_TARGETS))
 # The library as the host backend builds it (no GPU runtime), whatever BACKEND this make uses.
+# The host-only library's sources, as mk/common.mk's LIB_SRCS with the runtime of mk/host.mk.
 FUZZ_LIB_SRCS := $(sort $(foreach d,$(LIB_DIRS) src/config,$(wildcard $(d)/*.cpp)) \
-                   $(wildcard src/gpu/backend_*.cpp) $(wildcard src/gpu/runtime_none.cpp))
+                   $(filter-out src/gpu/runtime_%.cpp,$(wildcard src/gpu/*.cpp)) $(wildcard src/gpu/runtime_none.cpp))
 FUZZ_LIB_OBJS := $(patsubst %.cpp,$(FUZZ_BUILD)/obj/%.o,$(FUZZ_LIB_SRCS))
 FUZZ_LIB := $(FUZZ_BUILD)/lib/libpeerlink_fuzz.a
 FUZZ_CXXFLAGS := -std=c++17 -O1 -g -fno-omit-frame-pointer -Iinclude -Isrc -Itests -DPEERLINK_HOST_ONLY \
