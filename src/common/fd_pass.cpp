@@ -162,7 +162,8 @@ void FdServer::serve(int conn) {
     h->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
     std::memcpy(CMSG_DATA(h), fds.data(), sizeof(int) * fds.size());
   }
-  if (sendmsg(conn, &m, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof r) && !fds.empty()) ++served_;
+  if (sendmsg(conn, &m, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof r) && !fds.empty())
+    served_.fetch_add(1, std::memory_order_release);
 }
 
 std::vector<UniqueFd> request_fds(const std::string& name, int32_t expect_pid, uint64_t key, int timeout_ms) {

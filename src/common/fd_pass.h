@@ -8,6 +8,7 @@
 //    a pid of the job (server side). Abstract names vanish with the process: nothing to unlink.
 // Every descriptor is held by a UniqueFd; nothing here leaks one on an error path.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -75,7 +76,9 @@ class FdServer {
   ~FdServer();
   FdServer(const FdServer&) = delete;
   FdServer& operator=(const FdServer&) = delete;
-  uint64_t served() const { return served_; }
+  // Requests answered with descriptors; counted after sendmsg returned, so the client may hold the
+  // descriptors a moment before this count shows them.
+  uint64_t served() const { return served_.load(std::memory_order_acquire); }
 
  private:
   void run();
@@ -85,7 +88,7 @@ class FdServer {
   Lookup lookup_;
   Allowed allowed_;
   std::thread thread_;
-  uint64_t served_ = 0;
+  std::atomic<uint64_t> served_{0};
 };
 
 // The importer's side: connects to `name`, checks that the server is `expect_pid` with our uid,
