@@ -21,6 +21,7 @@
 #include "common/coll_bench.h"
 #include "common/launch.h"
 #include "common/nccl_dl.h"
+#include "common/pl_types.h"
 #include "peerlink/collectives.h"
 #include "peerlink/device.h"
 #include "peerlink/peerlink.h"
@@ -69,16 +70,7 @@ Config parse(int argc, char** argv) {
   return c;
 }
 
-peerlink::DataType to_pl(bench::Dt t) {
-  using D = peerlink::DataType;
-  static const D m[] = {D::F32, D::F16, D::BF16, D::F64, D::I32, D::I64};
-  return m[static_cast<int>(t)];
-}
-peerlink::ReduceOp to_pl(bench::Op o) {
-  using R = peerlink::ReduceOp;
-  static const R m[] = {R::Sum, R::Prod, R::Max, R::Min};
-  return m[static_cast<int>(o)];
-}
+using bench::to_pl;  // common/pl_types.h
 // Elements per call for a size row: nccl-tests' size is the per-rank total, so the piece count
 // is size / n for all_gather, reduce_scatter and alltoall.
 struct Shape {
@@ -252,38 +244,15 @@ int run_rank(const Config& c, const std::string& uid, int rank, const std::vecto
   return rep.finish();
 }
 
-std::vector<int> placement(const Config& c) {
-  if (!c.gpus.empty()) {
-    if (c.nranks && c.nranks != static_cast<int>(c.gpus.size()))
-      throw bench::UsageError("-g " + std::to_string(c.nranks) + " disagrees with --gpus");
-    return c.gpus;
-  }
-  int d = bench::probe_device_count();
-  int n = c.nranks ? c.nranks : (d >= 2 ? std::min(d, 8) : 2);
-  std::vector<int> devs(n);
-  for (int r = 0; r < n; ++r) devs[r] = d > 0 ? r % d : peerlink::kHostDevice;
-  return devs;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  Config c;
-  try {
-    c = parse(argc, argv);
-  } catch (const bench::UsageError& e) {
-    std::fprintf(stderr, "bench_collectives: %s\n%s", e.what(), kUsage);
-    return 1;
-  }
-  try {
+  return bench::run_main("bench_collectives", kUsage, argc, argv, parse, [](const Config& c) {
     bench::nccl::disable_nvls();
-    std::vector<int> devs = placement(c);
+    std::vector<int> devs = bench::rank_devices(c.nranks, c.gpus);
     if (c.root >= static_cast<int>(devs.size())) throw bench::UsageError("-r " + std::to_string(c.root) + " is not a rank");
     std::string uid = bench::make_unique_id("co");
     return bench::fork_ranks(static_cast<int>(devs.size()), [&](int r) { return run_rank(c, uid, r, devs); },
                              std::chrono::seconds(c.time_limit_s));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_collectives: %s\n", e.what());
-    return 1;
-  }
+  });
 }
