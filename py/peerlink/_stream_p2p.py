@@ -2,13 +2,10 @@
 a mixin of peerlink.Communicator (_comm.py), which provides _c, device, _view and _stream_of."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from . import _peerlink as _C
 from ._tensors import HOST, BufferView, stream_handle
-
-if TYPE_CHECKING:
-    from ._comm import Communicator
 
 
 class StreamP2PMixin:
@@ -79,7 +76,7 @@ class _Group:
     """Context manager of Communicator.group(). The group is ended even when the block raised (the
     communicator stays usable); the block's exception is the one that propagates."""
 
-    def __init__(self, comm: Communicator):
+    def __init__(self, comm: StreamP2PMixin):  # the Communicator using this mixin
         self._comm = comm
 
     def __enter__(self):
