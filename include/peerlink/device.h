@@ -18,6 +18,10 @@ bool is_device_pointer(const void* p);
 // peerlink's IPC unless the runtime can export it; for buffers of the NCCL-form calls and tests.
 void* alloc(size_t bytes);
 void free(void* p);
+// alloc() that is legal while a stream of the process is being captured: the calling thread's
+// capture mode is relaxed for the call (cudaThreadExchangeStreamCaptureMode, as NCCL does), so a
+// global-mode capture is not invalidated. The memory must outlive every graph that uses it.
+void* alloc_capture_safe(size_t bytes);
 
 // Synchronous copy in any direction (device or host memory on either side), landed on return.
 // Host to host is a plain memcpy (also in host-only builds).

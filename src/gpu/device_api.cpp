@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "gpu/runtime.h"
+#include "gpu/vmm.h"
 #include "peerlink/device.h"
 
 namespace peerlink::device {
@@ -16,6 +17,11 @@ bool is_device_pointer(const void* p) { return gpu::is_device_pointer(p); }
 void* alloc(size_t bytes) { return gpu::device_malloc(bytes); }
 void free(void* p) {
   if (p) gpu::device_free(p);
+}
+
+void* alloc_capture_safe(size_t bytes) {
+  gpu::RelaxedCaptureMode relaxed;
+  return gpu::device_malloc(bytes);
 }
 
 void copy_sync(void* dst, const void* src, size_t bytes) {
