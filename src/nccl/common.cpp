@@ -124,4 +124,43 @@ ncclComm_t real_comm(ncclComm* comm, const char* what) {
   return r;
 }
 
+void warm_p2p(ncclComm* comm) {
+  comm->p2p_warm = comm->p2p_forward = false;
+  if (comm->nranks == 1) {
+    comm->p2p_warm = true;
+    return;
+  }
+  void* stream = comm->device >= 0 ? device::stream_create() : nullptr;
+  std::string unsupported;
+  try {
+    comm->pl->group_start();
+    try {
+      for (int p = 0; p < comm->nranks; ++p) {
+        if (p == comm->rank) continue;
+        try {
+          comm->pl->send(p, nullptr, 0, stream);
+          comm->pl->recv(p, nullptr, 0, stream);
+        } catch (const UnsupportedError& e) {  // a relay pair: the same answer on both of its ranks
+          unsupported = e.what();
+        }
+      }
+    } catch (...) {
+      comm->pl->group_end();
+      throw;
+    }
+    comm->pl->group_end();
+    if (stream) device::stream_sync(stream);
+  } catch (...) {
+    if (stream) device::stream_destroy(stream);
+    throw;
+  }
+  if (stream) device::stream_destroy(stream);
+  comm->p2p_forward = !unsupported.empty();
+  comm->p2p_warm = !comm->p2p_forward;
+  if (comm->p2p_forward)
+    log_line(comm->log.info ? "INFO" : "WARN",
+             "comm %p rank %d/%d: send/recv forwarded to the real NCCL (%s)", static_cast<void*>(comm), comm->rank,
+             comm->nranks, unsupported.c_str());
+}
+
 }  // namespace peerlink::nccl
