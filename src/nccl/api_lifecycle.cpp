@@ -232,9 +232,9 @@ PL_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t*
     *asyncError = comm->init_result;
     return ncclSuccess;
   }
-  // Device-side timeouts and lost peers of peerlink's stream-ordered allreduce are recorded on the
+  // Device-side timeouts and lost peers of peerlink's stream-ordered collectives are recorded on the
   // device and surface here (allreduce_check), as NCCL reports its own asynchronous errors.
-  if (comm->pl && comm->used_allreduce && comm->async_error.load() == ncclSuccess) {
+  if (comm->pl && comm->used_collectives && comm->async_error.load() == ncclSuccess) {
     try {
       allreduce_check(*comm->pl);
     } catch (const std::exception& e) {

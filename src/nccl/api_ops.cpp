@@ -6,15 +6,16 @@
 //                        anything else (int8, uint8, fp8, avg, PreMulSum, u32/u64 max/min) forwarded
 //   Send / Recv          peerlink's stream-ordered NCCL-form send/recv (any dtype); to itself: a copy
 //   Broadcast / Bcast, AllGather, AlltoAll, Reduce, ReduceScatter
-//                        peerlink's collectives (table below) for the dtypes above; broadcast,
+//                        peerlink's collectives (switches in ops_common.h) for the dtypes above; broadcast,
 //                        all-gather and all-to-all of other dtypes (int8, uint8, fp8) take the p2p
 //                        plan below, reduce / reduce-scatter of them are forwarded
-//   Gather, Scatter      peerlink send/recv inside one group, as NCCL itself builds them (any dtype);
+//   Gather, Scatter      (api_coll.cpp) peerlink send/recv inside one group, as NCCL itself builds them (any dtype);
 //                        the same p2p plan serves broadcast/all-gather/all-to-all when switched off
 //   in-place AlltoAll    forwarded (peerlink's all_to_all is not in place, as NCCL)
+//   any p2p, p2p plan    forwarded when a pair of the communicator has no stream-ordered path
+//                        (relay: p2p_forward, set at creation by warm_p2p)
 // Forwarded = the real NCCL on a real communicator created lazily (real_comm): never silently wrong.
 #include "ops_common.h"
-
 
 using namespace peerlink;
 using namespace peerlink::nccl;
@@ -29,7 +30,6 @@ PL_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, 
   if (comm->route == Route::Peerlink && comm->nranks <= 8 && pl_dtype(datatype, op, &dt) && pl_op(op, &rop)) {
     say(comm, what, "peerlink allreduce");
     return on_peerlink(comm, what, OpKind::Collective, [=] {
-      comm->used_allreduce = true;
       allreduce(*comm->pl, sendbuff, recvbuff, count, dt, rop, stream);
     });
   }

@@ -67,9 +67,10 @@ Op peerlink_op(ncclComm* c, const char* what, OpKind kind, F call) {
   Op o;
   o.comm = c;
   o.kind = kind;
-  o.run = [c, what, call]() -> ncclResult_t {
+  o.run = [c, what, kind, call]() -> ncclResult_t {
     try {
       call();
+      if (kind == OpKind::Collective) c->used_collectives = true;
       return ncclSuccess;
     } catch (const std::exception& e) {
       set_last_error(std::string(what) + ": " + e.what());

@@ -60,12 +60,15 @@ struct ncclComm {
   // forwarded op on Route::Peerlink (real_mu guards that creation).
   ncclComm_t real = nullptr;
   std::mutex real_mu;
-  // allreduce_check only after an allreduce (it would set up state); read by a watchdog thread
-  // (torch polls ncclCommGetAsyncError) while the op's thread sets it.
-  std::atomic<bool> used_allreduce{false};
+  // allreduce_check (the device error word that every peerlink collective shares) only after a
+  // collective ran (it would set up state); read by a watchdog thread (torch polls
+  // ncclCommGetAsyncError) while the op's thread sets it.
+  std::atomic<bool> used_collectives{false};
   std::atomic<int> async_error{ncclSuccess};
   int split_count = 0;          // children created by ncclCommSplit (distinct peerlink ids)
-  bool ready = false;           // init finished (deferred inits in a group fill it at group end)
+  // Init finished (deferred inits in a group fill it at group end); atomic: torch's watchdog
+  // thread may poll ncclCommGetAsyncError while the group's thread creates the communicator.
+  std::atomic<bool> ready{false};
   ncclResult_t init_result = ncclSuccess;
 
   // Guards what follows (ops of one communicator may come from several threads' groups).
