@@ -24,6 +24,9 @@ void* alloc_capture_safe(size_t bytes) {
   return gpu::device_malloc(bytes);
 }
 
+RelaxedCaptureScope::RelaxedCaptureScope() : impl_(new gpu::RelaxedCaptureMode) {}
+RelaxedCaptureScope::~RelaxedCaptureScope() { delete static_cast<gpu::RelaxedCaptureMode*>(impl_); }
+
 void copy_sync(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   if (!gpu::compiled_with_gpu() || (!gpu::is_device_pointer(dst) && !gpu::is_device_pointer(src))) {
