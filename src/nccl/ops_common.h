@@ -69,7 +69,15 @@ Op peerlink_op(ncclComm* c, const char* what, OpKind kind, F call) {
   o.kind = kind;
   o.run = [c, what, kind, call]() -> ncclResult_t {
     try {
-      call();
+      if (kind == OpKind::Collective && !c->used_collectives && c->device >= 0) {
+        // The communicator's first collective sets up its scratch (allocation, exchange, mapping):
+        // legal even when the program captures it in global mode (nccl-tests and torch warm up
+        // eagerly first, a program need not).
+        device::RelaxedCaptureScope relaxed;
+        call();
+      } else {
+        call();
+      }
       if (kind == OpKind::Collective) c->used_collectives = true;
       return ncclSuccess;
     } catch (const std::exception& e) {
