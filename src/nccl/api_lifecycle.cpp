@@ -119,8 +119,11 @@ PL_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksLis
     set_last_error("ncclCommShrink: every rank excluded");
     return ncclInvalidArgument;
   }
-  (void)config;       // peerlink takes none of its fields
-  (void)shrinkFlags;  // NCCL_SHRINK_ABORT: peerlink's ops hold no host-side work to abort
+  if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT) {
+    set_last_error("ncclCommShrink: shrinkFlags " + std::to_string(shrinkFlags) + " is not NCCL_SHRINK_DEFAULT or _ABORT");
+    return ncclInvalidArgument;
+  }
+  (void)config;  // peerlink takes none of its fields; NCCL_SHRINK_ABORT: no host-side work to abort
   auto* child = new ncclComm;
   child->route = Route::Peerlink;
   child->opts = comm->opts;

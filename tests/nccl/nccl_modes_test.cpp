@@ -301,6 +301,7 @@ TEST(NcclModes, ShrinkDropsExcludedRanks) {
       ncclComm_t s = nullptr;
       int self = rank;
       CHECK(ncclCommShrink(c, &self, 1, &s, nullptr, NCCL_SHRINK_DEFAULT) == ncclInvalidArgument);
+      CHECK(ncclCommShrink(c, &excl, 1, &s, nullptr, 7) == ncclInvalidArgument);  // flags
       int out_of_range = 3;
       CHECK(ncclCommShrink(c, &out_of_range, 1, &s, nullptr, NCCL_SHRINK_DEFAULT) == ncclInvalidArgument);
       CHECK_NCCL(ncclCommShrink(c, &excl, 1, &s, nullptr, NCCL_SHRINK_DEFAULT));
