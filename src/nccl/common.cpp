@@ -124,37 +124,66 @@ ncclComm_t real_comm(ncclComm* comm, const char* what) {
   return r;
 }
 
+namespace {
+
+// A stream of the current device for the scope (none on the host backend).
+struct ScopedStream {
+  void* s = nullptr;
+  explicit ScopedStream(bool gpu) : s(gpu ? device::stream_create() : nullptr) {}
+  ~ScopedStream() {
+    try {
+      if (s) device::stream_destroy(s);
+    } catch (...) {  // a destructor reports nothing
+    }
+  }
+  ScopedStream(const ScopedStream&) = delete;
+  ScopedStream& operator=(const ScopedStream&) = delete;
+};
+
+// peerlink's group closed on every path (an exception inside still issues what was queued, so
+// the peers' matching calls complete).
+struct ScopedGroup {
+  Communicator& c;
+  bool open = true;
+  explicit ScopedGroup(Communicator& comm) : c(comm) { c.group_start(); }
+  void end() {
+    open = false;
+    c.group_end();
+  }
+  ~ScopedGroup() {
+    try {
+      if (open) c.group_end();
+    } catch (...) {
+    }
+  }
+  ScopedGroup(const ScopedGroup&) = delete;
+  ScopedGroup& operator=(const ScopedGroup&) = delete;
+};
+
+}  // namespace
+
 void warm_p2p(ncclComm* comm) {
   comm->p2p_warm = comm->p2p_forward = false;
   if (comm->nranks == 1) {
     comm->p2p_warm = true;
     return;
   }
-  void* stream = comm->device >= 0 ? device::stream_create() : nullptr;
+  ScopedStream stream(comm->device >= 0);
   std::string unsupported;
-  try {
-    comm->pl->group_start();
-    try {
-      for (int p = 0; p < comm->nranks; ++p) {
-        if (p == comm->rank) continue;
-        try {
-          comm->pl->send(p, nullptr, 0, stream);
-          comm->pl->recv(p, nullptr, 0, stream);
-        } catch (const UnsupportedError& e) {  // a relay pair: the same answer on both of its ranks
-          unsupported = e.what();
-        }
+  {
+    ScopedGroup group(*comm->pl);
+    for (int p = 0; p < comm->nranks; ++p) {
+      if (p == comm->rank) continue;
+      try {
+        comm->pl->send(p, nullptr, 0, stream.s);
+        comm->pl->recv(p, nullptr, 0, stream.s);
+      } catch (const UnsupportedError& e) {  // a relay pair: the same answer on both of its ranks
+        unsupported = e.what();
       }
-    } catch (...) {
-      comm->pl->group_end();
-      throw;
     }
-    comm->pl->group_end();
-    if (stream) device::stream_sync(stream);
-  } catch (...) {
-    if (stream) device::stream_destroy(stream);
-    throw;
+    group.end();
   }
-  if (stream) device::stream_destroy(stream);
+  if (stream.s) device::stream_sync(stream.s);
   comm->p2p_forward = !unsupported.empty();
   comm->p2p_warm = !comm->p2p_forward;
   if (comm->p2p_forward)
