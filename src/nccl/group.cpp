@@ -6,7 +6,9 @@
 // setup, the first op with a peer, the host backend which is synchronous) would deadlock if the
 // batches of two communicators of this process ran one after the other on this thread: rank 0's
 // batch would wait for rank 1's, which has not started. So when a group holds more than one
-// batch, each runs on its own thread and group end joins them; a group of one batch (the usual
+// batch that may wait (serial_ok below says which cannot: warm GPU send/recv and set-up GPU
+// collectives only enqueue kernels, and run one after the other here), each runs on its own
+// thread and group end joins them; a group of one batch (the usual
 // one-communicator-per-process case) runs on the calling thread, with no thread cost. The extra
 // threads are parked helpers (Helpers below), not created per group: a thread creation costs tens
 // of microseconds, which an eager nccl-tests -g 2 iteration would pay every time.
@@ -207,16 +209,22 @@ struct Batch {
   std::vector<Op*> ops;
 };
 
-// True when the batches may run one after the other on this thread: each is a warm (every peer
-// bound at creation) GPU communicator's stream-ordered send/recv, which only enqueues work and
-// never waits on the host for another rank. Anything else (inits, collectives, whose first call
-// sets up scratch with an exchange, forwarded ops creating a real communicator, the host backend)
-// may wait for the other communicators' batches, which then must run concurrently.
+// True when the batches may run one after the other on this thread: each is a GPU communicator's
+// peerlink calls that only enqueue work and never wait on the host for another rank: send/recv
+// once every peer was bound at creation (p2p_warm), collectives once the communicator's first one
+// set up its scratch (used_collectives). Anything else (inits, splits, a first collective, ops
+// forwarded to the real NCCL, which may create a real communicator or connect, the host backend,
+// which is synchronous) may wait for the other communicators' batches, which then must run
+// concurrently.
 bool serial_ok(const std::vector<Batch>& batches) {
   for (const Batch& b : batches) {
-    if (!b.comm || b.comm->device < 0 || !b.comm->p2p_warm || b.comm->p2p_forward) return false;
-    for (const Op* op : b.ops)
-      if (op->kind != OpKind::P2p) return false;
+    if (!b.comm || b.comm->device < 0) return false;
+    for (const Op* op : b.ops) {
+      if (!op->on_peerlink) return false;
+      if (op->kind == OpKind::P2p && (!b.comm->p2p_warm || b.comm->p2p_forward)) return false;
+      if (op->kind == OpKind::Collective && !b.comm->used_collectives) return false;
+      if (op->kind == OpKind::Init) return false;
+    }
   }
   return true;
 }
@@ -261,7 +269,7 @@ ncclResult_t run_all(std::vector<Op>& ops) {
   std::vector<ncclResult_t> res(batches.size(), ncclSuccess);
   if (serial_ok(batches)) {
     // No helper hand-off (a thread wake-up and a wait per group, the likely largest host cost of
-    // eager sendrecv -g 2; not measured separately yet): every batch only enqueues kernels.
+    // eager nccl-tests -g 2; not measured separately yet): every batch only enqueues kernels.
     for (size_t i = 0; i < batches.size(); ++i) res[i] = run_one(i);
   } else {
     std::vector<std::function<void()>> tasks;

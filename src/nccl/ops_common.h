@@ -67,6 +67,7 @@ Op peerlink_op(ncclComm* c, const char* what, OpKind kind, F call) {
   Op o;
   o.comm = c;
   o.kind = kind;
+  o.on_peerlink = true;
   o.run = [c, what, kind, call]() -> ncclResult_t {
     try {
       if (kind == OpKind::Collective && !c->used_collectives && c->device >= 0) {

@@ -121,6 +121,9 @@ enum class OpKind { Init, Collective, P2p };
 struct Op {
   ncclComm* comm = nullptr;
   OpKind kind = OpKind::Collective;
+  // A call of peerlink's own (not forwarded to the real NCCL, not an init or split): once the
+  // communicator's collectives are set up it only enqueues work on the GPU (group.cpp serial_ok).
+  bool on_peerlink = false;
   std::function<ncclResult_t()> run;
   // Plain ncclSend / ncclRecv: the ranges, for the overlap check of the batch (group.cpp); a send
   // reads its source through `src` (replaced by the staged copy when it overlaps a receive).
