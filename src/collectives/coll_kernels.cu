@@ -213,6 +213,25 @@ __global__ void __launch_bounds__(1024) coll_ll_kernel(CollLaunchArgs c) {
   kernel_end(a, seq);  // as allreduce's LL kernel: a failed wait has set the abort word already
 }
 
+// ---- copy-engine path: the flag steps between the copies (coll_ce.cpp) ----------------------
+// One block of a few threads: thread p < world signals / waits for rank p (block 0's inbox).
+// The copies before this kernel on its stream have completed when it starts, so the release store
+// of the flag publishes them; the copies after it on the stream (or on streams waiting for an event
+// recorded after it) start after the peers' flags were seen.
+__global__ void coll_ce_step_kernel(LaunchArgs a, int entry) {
+  uint64_t seq0;
+  if (!kernel_begin(a, seq0)) return;
+  uint64_t seq = seq0 + 1;
+  signal_peers(a, 0, seq);
+  if (!wait_peers(a, 0, seq)) return;
+  if (entry && (seq & 1) == 0) {  // the next step would be odd: one more empty step
+    ++seq;
+    signal_peers(a, 0, seq);
+    if (!wait_peers(a, 0, seq)) return;
+  }
+  kernel_end(a, seq);
+}
+
 template <typename T, int Op>
 void launch_typed(const CollLaunchArgs& c, DevStream st) {
   const LaunchArgs& a = c.a;
@@ -247,6 +266,15 @@ void launch_collective(const CollLaunchArgs& c, void* stream) {
   bool known = with_type(a.dtype, [&](auto t) { launch_op<decltype(t)>(c, st); });
   if (!known) throw InvalidArgument(common::cat("collective: unknown dtype code ", a.dtype));
   gpu::dev::check_launch("collective kernel launch");
+}
+
+void launch_ce_step(const LaunchArgs& a, bool entry, void* stream) {
+  if (a.world < 2 || a.world > kMaxRanks)
+    throw InvalidArgument(common::cat("collective copy-engine step: world ", a.world, " (2..", kMaxRanks, ")"));
+  // No PDL: the kernel follows copies and event waits, where it gains nothing.
+  gpu::dev::launch(coll_ce_step_kernel, 1u, unsigned(kWarpSize), static_cast<DevStream>(stream), false, a,
+                   entry ? 1 : 0);
+  gpu::dev::check_launch("collective copy-engine step launch");
 }
 
 }  // namespace peerlink::coll

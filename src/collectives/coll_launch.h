@@ -23,8 +23,19 @@ struct CollLaunchArgs {
 // Enqueues the collective on `stream`. Throws InvalidArgument / GpuError when the launch fails.
 void launch_collective(const CollLaunchArgs& c, void* stream);
 
-// Host backend: runs the collective synchronously (same plan, one "block").
+// Copy-engine path (coll_ce.cpp): one flag step of block 0's protocol with no data (signal every
+// peer, wait for every peer, advance every block's counter). `entry`: one or two such steps so that
+// the call's first data step gets an even sequence number, i.e. data step k uses scratch slot k & 1
+// whatever the device counter was (the host bakes slot addresses into the copies; the sequence
+// numbers stay on the device, so graph replays need no host work). Uses a.rank, world, flags,
+// error, timeout_ns. Host-only builds: UnsupportedError.
+void launch_ce_step(const LaunchArgs& a, bool entry, void* stream);
+
 struct CollState;
+// Enqueues all_gather, broadcast or all_to_all (d.kind) on `stream` through the copy engines.
+void ce_collective(CollState& st, const CollDesc& d, const void* src, void* dst, void* stream);
+
+// Host backend: runs the collective synchronously (same plan, one "block").
 void host_collective(CollState& st, const CollDesc& d, int dtype, int op, const void* src, void* dst, bool ll);
 
 }  // namespace peerlink::coll

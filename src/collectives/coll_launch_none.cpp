@@ -7,5 +7,8 @@ namespace peerlink::coll {
 void launch_collective(const CollLaunchArgs&, void*) {
   throw UnsupportedError("collectives on a GPU: peerlink was built without CUDA or HIP");
 }
+void launch_ce_step(const LaunchArgs&, bool, void*) {
+  throw UnsupportedError("collectives on a GPU: peerlink was built without CUDA or HIP");
+}
 }  // namespace peerlink::coll
 #endif
