@@ -4,9 +4,9 @@
 #   scripts/gpu_coll_sweep.sh OUTDIR [BUILD_DIR]        (GPUS=0,1)
 #  A. LL range (PEERLINK_COLL_LL_MAX 64K/256K/512K) for broadcast, reduce, reduce_scatter, 64 KB-1 MB,
 #     and the push kernel with 16 blocks (PEERLINK_ALLREDUCE_BLOCKS; its auto grid is a guess)
-#  B. copy engines vs push kernels for all_gather, broadcast, alltoall, 2-256 MB: push, ce (1 lane),
-#     ce 2 lanes, ce 2 lanes with 4 MB chunks (PEERLINK_<OP>_ALGO, PEERLINK_COLL_CE_LANES,
-#     PEERLINK_COLL_CE_CHUNK_BYTES)
+#  B. copy engines vs push kernels, 2-128 MB, every op: push, ce (1 lane), ce 2 lanes, ce 2 lanes
+#     with 4 MB chunks (PEERLINK_<OP>_ALGO, PEERLINK_COLL_CE_LANES, PEERLINK_COLL_CE_CHUNK_BYTES;
+#     reduce / reduce_scatter: copies in, a reduction kernel per step)
 #  C. allreduce 8 B-1 MB by threads per block (PEERLINK_ALLREDUCE_THREADS 0=default 512, 128, 256)
 # NCCL (plain and window-registered) runs once per op and size range (the "push"/first row), the
 # other rows peerlink only (--nccl 0). bf16, CUDA graph (-G 1). One table at the end:
@@ -52,8 +52,8 @@ for op in broadcast reduce reduce_scatter; do
   run A push-blocks16 "$op" "$SMALL" 0 "$var=push" PEERLINK_ALLREDUCE_BLOCKS=16
 done
 
-LARGE="-b 2M -e 256M -f 4 -n 10 -w 3"
-for op in all_gather broadcast alltoall; do
+LARGE="-b 2M -e 128M -f 4 -n 10 -w 3"
+for op in all_gather broadcast alltoall reduce reduce_scatter; do
   var=PEERLINK_$(echo "$op" | tr a-z A-Z | sed 's/ALLTOALL/ALL_TO_ALL/')_ALGO
   run B push "$op" "$LARGE" 1 "$var=push"
   run B ce "$op" "$LARGE" 0 "$var=ce" PEERLINK_COLL_CE_LANES=1

@@ -42,9 +42,9 @@ enum class CollAlgo {
   Auto,  // by message size (all_to_all_v: always Push, its sizes differ per rank)
   LL,    // one step of flag-in-data lines; pieces up to allreduce_ll_max bytes (host backend: 16 KB)
   Push,  // chunks pushed into the receivers' mapped scratch, per-block flags
-  // Copy engines (all_gather, broadcast, all_to_all only; all_to_all_v and the host backend run
-  // Push): chunks copied into the receivers' scratch by cudaMemcpyAsync, one small kernel per step
-  // for the flags, the receiver's scratch-to-output copy on a forked stream.
+  // Copy engines (all_to_all_v and the host backend run Push instead): chunks copied into the
+  // receivers' scratch by cudaMemcpyAsync, one small kernel per step for the flags, the receiver's
+  // scratch-to-output copy (reduce, reduce_scatter: a reduction kernel) on a forked stream.
   CopyEngine,
 };
 

@@ -1,5 +1,5 @@
-// Copy-engine path of all_gather, broadcast and all_to_all (Options::<collective>_algo = "ce", or
-// auto from Options::coll_ce_min): the pieces of coll_plan.h travel through the same registered
+// Copy-engine path of every collective but all_to_all_v (Options::<collective>_algo = "ce", or for
+// all_gather, broadcast, all_to_all auto from Options::coll_ce_min): the pieces of coll_plan.h travel through the same registered
 // scratch and step protocol as the push kernel, but the bytes are moved by cudaMemcpyAsync (the
 // copy engines) and the only kernel is a one-block flag step (coll_kernels.cu) between copies:
 //
@@ -49,9 +49,9 @@ LaunchArgs step_args(const CollState& st) {
 
 }  // namespace
 
-void ce_collective(CollState& st, const CollDesc& d, const void* src, void* dst, void* stream) {
-  if (d.kind != kAllGather && d.kind != kBroadcast && d.kind != kAllToAll)
-    throw InvalidArgument(common::cat("collective copy-engine path: kind ", d.kind, " is not all_gather, broadcast or all_to_all"));
+void ce_collective(CollState& st, const CollDesc& d, int dtype, int op, const void* src, void* dst, void* stream) {
+  if (d.kind == kAllToAllV)  // its step count is agreed on the device
+    throw InvalidArgument("collective copy-engine path: all_to_all_v has none");
   gpu::DeviceGuard dg(st.device);
   const Options& o = st.svc->options();
   const size_t e = d.elem, cap = st.layout.cap;
@@ -69,7 +69,9 @@ void ce_collective(CollState& st, const CollDesc& d, const void* src, void* dst,
 
   gpu::event_record(ev(kCeFork), A);
   gpu::stream_wait_event(B, ev(kCeFork));
-  {  // own piece, never through the scratch
+  const bool red = reducing(d.kind);
+  const int rblocks = std::max(1, std::min(st.sm_count, kMaxBlocks));
+  if (!red) {  // own piece, never through the scratch (the reducing kinds read it in place)
     Piece sp = send_piece(d, me), rp = recv_piece(d, me);
     const char* from = s + sp.src_off * e;
     char* to = out + rp.dst_off * e;
@@ -106,7 +108,25 @@ void ce_collective(CollState& st, const CollDesc& d, const void* src, void* dst,
     launch_ce_step(a, false, A);
     gpu::event_record(ev(kCeReady), A);
     gpu::stream_wait_event(B, ev(kCeReady));
-    for (int r = 0; r < n; ++r) {  // chunk k of every incoming piece, scratch -> output
+    if (red) {  // chunk k of our piece: own input and the peers' scratch, reduced in rank order
+      Piece rp = recv_piece(d, me);
+      size_t lo = 0, m = sub_range(rp.count, k, C, 0, C, &lo);
+      if (m) {
+        CeReduceArgs ra;
+        for (int r = 0; r < n; ++r)
+          ra.ins[r] = r == me ? static_cast<const void*>(s + (rp.src_off + lo) * e) : st.data[me] + st.layout.input(slot, r);
+        ra.nin = n;
+        ra.out = out + (rp.dst_off + lo) * e;
+        ra.count = m;
+        ra.dtype = dtype;
+        ra.op = op;
+        // ~8 16-byte units per thread, at most one block per SM (UNMEASURED)
+        ra.blocks = int(std::min<size_t>(rblocks, std::max<size_t>(1, m * e / (512 * 128))));
+        ra.per_block = round_up((m + ra.blocks - 1) / ra.blocks, 16 / e);
+        launch_ce_reduce(ra, B);
+      }
+    }
+    for (int r = 0; r < n && !red; ++r) {  // chunk k of every incoming piece, scratch -> output
       if (r == me) continue;
       Piece rp = recv_piece(d, r);
       size_t lo = 0, m = sub_range(rp.count, k, C, 0, C, &lo);

@@ -7,6 +7,9 @@ namespace peerlink::coll {
 void launch_collective(const CollLaunchArgs&, void*) {
   throw UnsupportedError("collectives on a GPU: peerlink was built without CUDA or HIP");
 }
+void launch_ce_reduce(const CeReduceArgs&, void*) {
+  throw UnsupportedError("collectives on a GPU: peerlink was built without CUDA or HIP");
+}
 void launch_ce_step(const LaunchArgs&, bool, void*) {
   throw UnsupportedError("collectives on a GPU: peerlink was built without CUDA or HIP");
 }

@@ -73,7 +73,8 @@ const std::string& algo_field(const Options& o, int kind) {
 // separate flag latency) for pieces up to Options::coll_ll_max bytes (default 64 KB, UNMEASURED:
 // allreduce's LL won up to 512 KB on 2x H200, where the reduction also hid latency), the push path
 // above; copy engines (coll_ce.cpp) for all_gather, broadcast and all_to_all pieces of at least
-// Options::coll_ce_min bytes (default 0: never, until a sweep sets it). all_to_all_v always pushes:
+// Options::coll_ce_min bytes (default 0: never, until a sweep sets it; reduce and reduce_scatter
+// take them only when forced: their reduction kernel per step is a separate guess). all_to_all_v always pushes:
 // its piece sizes differ per rank, and ranks must choose alike without talking. The host backend
 // has no copy-engine path: "ce" runs the push plan there (same pieces and chunks).
 bool ce_kind(int kind) { return kind == coll::kAllGather || kind == coll::kBroadcast || kind == coll::kAllToAll; }
@@ -90,11 +91,7 @@ CollAlgo choose(const coll::CollState& st, const Call& c) {
     return CollAlgo::LL;
   }
   if (c.d.kind == coll::kAllToAllV) return CollAlgo::Push;
-  if (forced == CollAlgo::CopyEngine) {
-    if (!ce_kind(c.d.kind))  // Options::validate refuses it for the reducing kinds already
-      throw InvalidArgument(cat(c.name, ": copy engines cannot reduce (Options algorithm 'ce')"));
-    return st.host || st.world < 2 ? CollAlgo::Push : CollAlgo::CopyEngine;
-  }
+  if (forced == CollAlgo::CopyEngine) return st.host || st.world < 2 ? CollAlgo::Push : CollAlgo::CopyEngine;
   if (forced == CollAlgo::Push) return CollAlgo::Push;
   if (!st.host && st.world >= 2 && ce_kind(c.d.kind) && o.coll_ce_min > 0 && piece_bytes >= o.coll_ce_min)
     return CollAlgo::CopyEngine;
@@ -141,7 +138,7 @@ void device_run(coll::CollState& st, const Call& c, CollAlgo algo, void* stream)
   // Stream ordering across calls on different streams: as allreduce (allreduce.cpp).
   const bool capturing = gpu::stream_is_capturing(stream);
   if (!capturing && st.event_valid && stream != st.last_stream) gpu::stream_wait_event(stream, st.order_event);
-  if (algo == CollAlgo::CopyEngine) coll::ce_collective(st, c.d, c.src, c.dst, stream);
+  if (algo == CollAlgo::CopyEngine) coll::ce_collective(st, c.d, a.dtype, a.op, c.src, c.dst, stream);
   else coll::launch_collective(L, stream);
   if (!capturing) {
     gpu::event_record(st.order_event, stream);

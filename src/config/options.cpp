@@ -275,10 +275,6 @@ void Options::validate() const {
       throw InvalidArgument(cat(k.var, ": ", e.what()));
     }
   }
-  // Copy engines only move data: the reducing collectives have no such algorithm.
-  for (const auto* k : {&kCollAlgoKnobs[1], &kCollAlgoKnobs[3]})
-    if (parse_coll_algo(this->*k->field) == CollAlgo::CopyEngine)
-      throw InvalidArgument(cat(k->var, "='", this->*k->field, "': copy engines cannot reduce (use ll, push or auto)"));
   check_size(kCollLlMax, coll_ll_max);
   check_size(kCollCeMin, coll_ce_min);
   check_size(kCollCeChunk, coll_ce_chunk_bytes);

@@ -1,8 +1,9 @@
-// The copy-engine path of all_gather, broadcast, all_to_all (coll_ce.cpp) and the auto-selection
-// knobs on GPUs: every knob (chunk, lanes, thresholds) at sizes around its boundaries, with the
-// other kinds (LL / push kernels) interleaved on the same communicator so that the sequence
-// numbers and scratch slots of both kinds of path follow each other; and a captured graph (copy
-// engines, kernels and an allreduce between them) replayed with new inputs. Runs only when
+// The copy-engine path (coll_ce.cpp; reduce / reduce_scatter with their reduction kernel) and the
+// auto-selection knobs on GPUs: every knob (chunk, lanes, thresholds) at sizes around its
+// boundaries, every kind, with all_to_all_v (push kernel) and, in the auto configs, LL / push
+// kernels interleaved on the same communicator so that the sequence numbers and scratch slots of
+// both kinds of path follow each other; and a captured graph (copy engines, kernels and an
+// allreduce between them) replayed with new inputs. Runs only when
 // PEERLINK_TEST_GPUS >= 2; rank r uses device PEERLINK_TEST_DEVICES[r] (default "0,1"; "0,1,0,1"
 // runs 4 ranks on 2 GPUs).
 #include <gtest/gtest.h>
@@ -55,7 +56,7 @@ Mem device_mem(Communicator& comm, gpu::Stream s) {
 
 struct Config {
   const char* name;
-  const char* algo;     // all_gather / broadcast / all_to_all
+  const char* algo;     // every kind's (all_to_all_v always pushes)
   size_t scratch;       // allreduce_scratch_bytes (0 = default)
   size_t chunk;         // coll_ce_chunk_bytes
   int lanes;            // coll_ce_lanes
@@ -66,8 +67,7 @@ struct Config {
 
 Options opts(const Config& c) {
   Options o = Options::from_env();
-  o.all_gather_algo = o.broadcast_algo = o.all_to_all_algo = c.algo;
-  o.reduce_scatter_algo = o.reduce_algo = "";
+  o.all_gather_algo = o.broadcast_algo = o.all_to_all_algo = o.reduce_scatter_algo = o.reduce_algo = c.algo;
   o.allreduce_scratch_bytes = c.scratch;
   o.coll_ce_chunk_bytes = c.chunk;
   o.coll_ce_lanes = c.lanes;
@@ -131,8 +131,8 @@ TEST(CollCeGpu, KnobsAroundThresholds) {
 }
 
 // One graph: copy-engine all_gather, an LL allreduce (one sequence number: the next call's slot
-// parity flips), copy-engine broadcast (in place on the root), a kernel reduce_scatter, copy-engine
-// all_to_all; 64 KB chunks so the larger size takes 16 steps. Replayed with new inputs each time.
+// parity flips), copy-engine broadcast (in place on the root), reduce_scatter (sum) and reduce (max
+// to rank 0) through copies and reduction kernels, copy-engine all_to_all; 64 KB chunks so the larger size takes 16 steps. Replayed with new inputs each time.
 TEST(CollCeGpu, GraphCaptureAndReplays) {
   REQUIRE_GPUS();
   const std::vector<int> devs = devices();
@@ -148,12 +148,13 @@ TEST(CollCeGpu, GraphCaptureAndReplays) {
       const size_t b = n * 4, small = 257;
       Mem mem = device_mem(comm, s);
       Buf in(mem, world * b, 0), ag(mem, world * b, 0), rs(mem, b, 0), bc(mem, b, 0), a2a(mem, world * b, 0),
-          ar(mem, small * 4, 0);
+          ar(mem, small * 4, 0), rd(mem, b, 0);
       auto run_all = [&] {
         peerlink::all_gather(comm, in.p, ag.p, n, DataType::I32, s);
         peerlink::allreduce(comm, in.p, ar.p, small, DataType::I32, ReduceOp::Sum, s);
         peerlink::broadcast(comm, rank == root ? bc.p : in.p, bc.p, n, DataType::I32, root, s);
         peerlink::reduce_scatter(comm, in.p, rs.p, n, DataType::I32, ReduceOp::Sum, s);
+        peerlink::reduce(comm, in.p, rd.p, n, DataType::I32, ReduceOp::Max, 0, s);
         peerlink::all_to_all(comm, in.p, a2a.p, n, DataType::I32, s);
       };
       auto val = [](int rep, int r, size_t i) { return int32_t((rep * 131 + r * 17 + int(i)) % 100003 + 1); };
@@ -191,6 +192,14 @@ TEST(CollCeGpu, GraphCaptureAndReplays) {
           int32_t want = 0;
           for (int r = 0; r < world; ++r) want += val(rep, r, rank * n + i);
           MP_CHECK_MSG(out[i] == want, "replay " << rep << " reduce_scatter element " << i);
+        }
+        if (rank == 0) {
+          gpu::memcpy_sync(out.data(), rd.p, b);
+          for (size_t i = 0; i < n; ++i) {
+            int32_t want = val(rep, 0, i);
+            for (int r = 1; r < world; ++r) want = std::max(want, val(rep, r, i));
+            MP_CHECK_MSG(out[i] == want, "replay " << rep << " reduce element " << i);
+          }
         }
         gpu::memcpy_sync(out.data(), a2a.p, world * b);
         for (int r = 0; r < world; ++r)

@@ -28,11 +28,8 @@ TEST(CollCeOptions, ParseAndValidate) {
   Options o;
   o.all_gather_algo = o.broadcast_algo = o.all_to_all_algo = "ce";
   EXPECT_NO_THROW(o.validate());
-  for (std::string Options::*f : {&Options::reduce_algo, &Options::reduce_scatter_algo}) {
-    Options r;
-    r.*f = "ce";  // copy engines cannot reduce
-    EXPECT_THROW(r.validate(), InvalidArgument);
-  }
+  o.reduce_algo = o.reduce_scatter_algo = "ce";  // copy in, reduction kernel per step
+  EXPECT_NO_THROW(o.validate());
   Options l;
   l.coll_ce_lanes = 0;
   EXPECT_THROW(l.validate(), InvalidArgument);
@@ -64,7 +61,7 @@ TEST(CollCeOptions, FromEnv) {
   EXPECT_EQ(o.coll_ce_lanes, 2);
   EXPECT_EQ(peerlink::parse_coll_algo(o.broadcast_algo), CollAlgo::CopyEngine);
   for (const Var& v : good) unsetenv(v.name);
-  const Var bad[] = {{"PEERLINK_COLL_CE_LANES", "9"}, {"PEERLINK_COLL_LL_MAX", "-1"}, {"PEERLINK_REDUCE_ALGO", "ce"},
+  const Var bad[] = {{"PEERLINK_COLL_CE_LANES", "9"}, {"PEERLINK_COLL_LL_MAX", "-1"}, {"PEERLINK_REDUCE_ALGO", "c"},
                      {"PEERLINK_COLL_CE_CHUNK_BYTES", "8"}};
   for (const Var& v : bad) {
     setenv(v.name, v.value, 1);
@@ -73,8 +70,7 @@ TEST(CollCeOptions, FromEnv) {
   }
 }
 
-// The moving kinds with "ce" (push plan on the host), the reducing kinds and all_to_all_v on their
-// own algorithm in the same communicator, so calls of both kinds follow each other.
+// Every kind with the given Options ("ce": push plan on the host), all_to_all_v always pushing.
 void sweep(int world, Options o, const std::vector<size_t>& sizes, const char* tag) {
   const DataType types[] = {DataType::BF16, DataType::I32, DataType::F64};
   const std::vector<Kind> kinds = {Kind::AllGather, Kind::ReduceScatter, Kind::Broadcast,
@@ -104,7 +100,7 @@ void sweep(int world, Options o, const std::vector<size_t>& sizes, const char* t
 
 Options ce_opts() {
   Options o = Options::from_env();
-  o.all_gather_algo = o.broadcast_algo = o.all_to_all_algo = "ce";
+  o.all_gather_algo = o.broadcast_algo = o.all_to_all_algo = o.reduce_algo = o.reduce_scatter_algo = "ce";
   o.allreduce_scratch_bytes = 1024;  // many steps per call
   o.coll_ce_chunk_bytes = 256;
   o.coll_ce_lanes = 3;
