@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sweep of the collectives' selection knobs on 2 GPUs (about 3 minutes on 2x H200), to set the
+# Sweep of the collectives' selection knobs on 2 GPUs (estimated ~3 minutes on 2x H200, not yet timed), to set the
 # defaults from measurements:
 #   scripts/gpu_coll_sweep.sh OUTDIR [BUILD_DIR]        (GPUS=0,1)
 #  A. LL range (PEERLINK_COLL_LL_MAX 64K/256K/512K) for broadcast, reduce, reduce_scatter, 64 KB-1 MB,
@@ -11,7 +11,8 @@
 # NCCL (plain and window-registered) runs once per op and size range (the "push"/first row), the
 # other rows peerlink only (--nccl 0). bf16, CUDA graph (-G 1). One table at the end:
 #   sweep config op size(B) peerlink_us nccl_us nccl_reg_us #wrong
-# Raw logs in OUTDIR/*.log. Non-zero exit if any run failed or any #wrong was not 0.
+# SMALL, LARGE, ARSIZES override the size/iteration flags of A, B, C (GPUS=-1,-1 SMALL=.. LARGE=..
+# ARSIZES=.. with tiny sizes runs the plumbing on the host backend). Raw logs in OUTDIR/*.log. Non-zero exit if any run failed or any #wrong was not 0.
 set -u
 OUT=${1:?usage: scripts/gpu_coll_sweep.sh OUTDIR [BUILD_DIR]}
 BUILD=${2:-${BUILD:-build}}
@@ -41,7 +42,7 @@ run() {
       printf "%-3s %-14s %-14s %11s %10s %10s %10s %6s\n", s, c, o, $1, $6, $10, $14, w }' "$log" >> "$TABLE"
 }
 
-SMALL="-b 64K -e 1M -f 2 -n 50 -w 10"
+SMALL=${SMALL:-"-b 64K -e 1M -f 2 -n 50 -w 10"}
 for op in broadcast reduce reduce_scatter; do
   first=1
   for ll in 65536 262144 524288; do
@@ -52,7 +53,7 @@ for op in broadcast reduce reduce_scatter; do
   run A push-blocks16 "$op" "$SMALL" 0 "$var=push" PEERLINK_ALLREDUCE_BLOCKS=16
 done
 
-LARGE="-b 2M -e 128M -f 4 -n 10 -w 3"
+LARGE=${LARGE:-"-b 2M -e 128M -f 4 -n 10 -w 3"}
 for op in all_gather broadcast alltoall reduce reduce_scatter; do
   var=PEERLINK_$(echo "$op" | tr a-z A-Z | sed 's/ALLTOALL/ALL_TO_ALL/')_ALGO
   run B push "$op" "$LARGE" 1 "$var=push"
@@ -61,11 +62,13 @@ for op in all_gather broadcast alltoall reduce reduce_scatter; do
   run B ce-2l-4M "$op" "$LARGE" 0 "$var=ce" PEERLINK_COLL_CE_LANES=2 PEERLINK_COLL_CE_CHUNK_BYTES=4194304
 done
 
+ARSIZES=${ARSIZES:-"-b 8 -e 1M -f 4 -n 100 -w 20"}
 # C: bench_allreduce (its own table format: kept raw in the logs, the time column summarised).
 for th in 0 128 256; do
   log="$OUT/C-allreduce-threads$th.log"
-  if ! env PEERLINK_ALLREDUCE_THREADS=$th timeout 60 "$BA" --gpus "$GPUS" -b 8 -e 1M -f 4 -n 100 -w 20 -d bfloat16 \
-       -G 1 --impl peerlink > "$log" 2>&1; then
+  # shellcheck disable=SC2086
+  if ! env PEERLINK_ALLREDUCE_THREADS=$th timeout 60 "$BA" --gpus "$GPUS" $ARSIZES -d bfloat16 -G 1 --impl peerlink \
+       > "$log" 2>&1; then
     echo "FAILED: C threads=$th (see $log)" | tee -a "$TABLE"
     status=1
   fi
