@@ -33,7 +33,9 @@ using Clock = std::chrono::steady_clock;
 const char* kUsage =
     "usage: bench_collectives --op all_gather|reduce_scatter|broadcast|reduce|alltoall [-b MIN] [-e MAX]\n"
     "  [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-G 0|1] [-d float|half|bfloat16|double|int32|int64]\n"
-    "  [-o sum|prod|max|min] [-r ROOT] [-g NRANKS] [--gpus D0,D1,..] [--time-limit S]\n";
+    "  [-o sum|prod|max|min] [-r ROOT] [-g NRANKS] [--gpus D0,D1,..] [--time-limit S] [--nccl 0|1]\n"
+    "  (--nccl 0: peerlink only, no NCCL communicator; PEERLINK_* variables choose the algorithms)\n";
+bool g_nccl = true;  // --nccl
 
 Config parse(int argc, char** argv) {
   Config c;
@@ -61,6 +63,7 @@ Config parse(int argc, char** argv) {
     } else if (a.flag("-o", "--redop")) {
       try { c.redop = bench::parse_op(a.value()); } catch (const std::invalid_argument& e) { throw bench::UsageError(e.what()); }
     } else if (a.flag("--gpus")) c.gpus = bench::parse_int_list("--gpus", a.value());
+    else if (a.flag("--nccl")) g_nccl = bench::parse_int("--nccl", a.value(), 0, 1) != 0;
     else if (a.flag("--time-limit")) c.time_limit_s = static_cast<int>(bench::parse_int("--time-limit", a.value(), 1, 86400));
     else if (a.flag("-h", "--help")) {
       std::fputs(kUsage, stdout);
@@ -224,7 +227,14 @@ int run_rank(const Config& c, const std::string& uid, int rank, const std::vecto
     };
     p.after_sync = [&comm] { peerlink::allreduce_check(comm); };
   }
-  NcclSide nccl(c, comm, devs, impls[0].send, impls[0].recv, max_bytes, impls[1], impls[2]);
+  std::unique_ptr<NcclSide> nccl;
+  if (g_nccl) {
+    nccl = std::make_unique<NcclSide>(c, comm, devs, impls[0].send, impls[0].recv, max_bytes, impls[1], impls[2]);
+  } else {
+    impls[1].name = "nccl";
+    impls[2].name = "nccl-reg";
+    impls[1].why = impls[2].why = "--nccl 0";
+  }
   Reporter rep(c, comm, impls);
   Data data(c, rank, n);
   for (size_t bytes : sizes) {
@@ -237,7 +247,7 @@ int run_rank(const Config& c, const std::string& uid, int rank, const std::vecto
     rep.add(elems * es, elems, rows);
   }
   comm.barrier();
-  nccl.close();
+  if (nccl) nccl->close();
   comm.free(impls[0].send);
   comm.free(impls[0].recv);
   if (stream) peerlink::device::stream_destroy(stream);
