@@ -30,15 +30,6 @@ ncclComm_t init(int n, const ncclUniqueId& id, int rank) {
 
 }  // namespace
 
-class Env : public ::testing::Environment {
- public:
-  void SetUp() override {
-    setenv("PEERLINK_NCCL_HOST_BACKEND", "1", 1);
-    setenv("PEERLINK_TIMEOUT_MS", "20000", 0);
-  }
-};
-static ::testing::Environment* const g_env = ::testing::AddGlobalTestEnvironment(new Env);
-
 TEST(NcclApi, VersionErrorStringsAndArgumentChecks) {
   int v = 0;
   ASSERT_EQ(ncclGetVersion(&v), ncclSuccess);

@@ -2,6 +2,7 @@
 // program does): result checks that throw with the call and ncclGetLastError, fork-based ranks
 // whose failures come back as text, and a fresh unique id.
 #pragma once
+#include <gtest/gtest.h>
 #include <nccl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -78,3 +79,14 @@ inline ncclUniqueId new_id() {
   return id;
 }
 
+
+// Every test of the binary runs on the host backend (host pointers, device -1) with a bounded
+// timeout. An inline variable: registered once however many test files include this.
+class HostBackendEnv : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    setenv("PEERLINK_NCCL_HOST_BACKEND", "1", 1);
+    setenv("PEERLINK_TIMEOUT_MS", "20000", 0);
+  }
+};
+inline ::testing::Environment* const g_host_backend_env = ::testing::AddGlobalTestEnvironment(new HostBackendEnv);

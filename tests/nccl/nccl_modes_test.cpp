@@ -84,15 +84,6 @@ int reduce_of(ncclRedOp_t op, int nranks, size_t i) {
 
 }  // namespace
 
-class ModesEnv : public ::testing::Environment {
- public:
-  void SetUp() override {
-    setenv("PEERLINK_NCCL_HOST_BACKEND", "1", 1);
-    setenv("PEERLINK_TIMEOUT_MS", "20000", 0);
-  }
-};
-static ::testing::Environment* const g_modes_env = ::testing::AddGlobalTestEnvironment(new ModesEnv);
-
 // -d all -o all, as far as peerlink implements: allreduce, reduce-scatter and reduce of every
 // dtype x {sum, prod, max, min} on 2 processes, verified element by element; unsigned max/min,
 // int8/uint8/fp8, avg and PreMulSum must be refused on the host backend (they need the real NCCL).
