@@ -33,16 +33,7 @@ enum CeEvent { kCeFork = 0, kCeReady = 1, kCeDone = 2, kCeLaneFork = 3, kCeLaneJ
 
 LaunchArgs step_args(const CollState& st) {
   LaunchArgs a;
-  a.rank = st.rank;
-  a.world = st.world;
-  a.layout = st.layout;
-  for (int r = 0; r < st.world; ++r) {
-    a.data[r] = st.data[r];
-    a.flags[r] = st.flags[r];
-  }
-  a.error = st.error;
-  a.timeout_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(st.svc->options().timeout).count());
+  fill_state_args(st, a);
   a.blocks = 1;
   return a;
 }

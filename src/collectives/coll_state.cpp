@@ -7,6 +7,7 @@
 #include <memory>
 #include <thread>
 
+#include "collectives/device_launch.h"
 #include "collectives/setup_record.h"
 #include "common/log.h"
 #include "peerlink/communicator.h"
@@ -218,6 +219,19 @@ CollState& coll_state(Communicator& comm) {
     slot = st;
   }
   return *st;
+}
+
+void fill_state_args(const CollState& st, LaunchArgs& a) {
+  a.rank = st.rank;
+  a.world = st.world;
+  a.layout = st.layout;
+  for (int r = 0; r < st.world; ++r) {
+    a.data[r] = st.data[r];
+    a.flags[r] = st.flags[r];
+  }
+  a.error = st.error;
+  a.timeout_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(st.svc->options().timeout).count());
 }
 
 }  // namespace peerlink::coll

@@ -69,6 +69,11 @@ struct CollState {
 // The communicator's state, set up on first use (collective).
 CollState& coll_state(Communicator& comm);
 
+// The kernel arguments every launch on this state shares: rank, world, layout, the ranks' mapped
+// scratch and flags, the error word and the wait bound (Options::timeout).
+struct LaunchArgs;
+void fill_state_args(const CollState& st, LaunchArgs& a);
+
 // Throws the error recorded by an earlier call (broken) or by a kernel (error word): caller holds
 // st.mu. Shared by every collective (allreduce.cpp).
 void check_collective_error(CollState& st);

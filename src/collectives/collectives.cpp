@@ -108,16 +108,8 @@ void device_run(coll::CollState& st, const Call& c, CollAlgo algo, void* stream)
   a.dst = c.dst;
   a.dtype = static_cast<int>(c.dtype);
   a.op = static_cast<int>(c.op);
-  a.rank = st.rank;
-  a.world = st.world;
-  a.layout = st.layout;
-  for (int r = 0; r < st.world; ++r) {
-    a.data[r] = st.data[r];
-    a.flags[r] = st.flags[r];
-  }
-  a.error = st.error;
+  coll::fill_state_args(st, a);
   a.pdl = st.pdl;
-  a.timeout_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(st.svc->options().timeout).count());
   a.threads = st.threads > 0 ? st.threads : 512;
   const int all = std::min(std::max(st.sm_count, 1), coll::kMaxBlocks);
   L.d = c.d;
