@@ -50,6 +50,9 @@ constexpr Range kLlMax{"allreduce_ll_max", "PEERLINK_ALLREDUCE_LL_MAX", 0, 1LL <
 constexpr Range kPdl{"allreduce_pdl", "PEERLINK_ALLREDUCE_PDL", -1, 1};
 constexpr Range kStreamPdl{"stream_pdl", "PEERLINK_STREAM_PDL", -1, 1};
 constexpr Range kStreamBlocks{"stream_blocks", "PEERLINK_STREAM_BLOCKS", 0, 1024};
+constexpr Range kStreamLlMax{"stream_ll_max", "PEERLINK_STREAM_LL_MAX", 0, 512LL << 10};
+constexpr Range kStreamCeMin{"stream_ce_min", "PEERLINK_STREAM_CE_MIN", 0, 1LL << 40};
+constexpr Range kStreamCeLanes{"stream_ce_lanes", "PEERLINK_STREAM_CE_LANES", 1, 4};
 
 long long parse_int(const Range& r, const char* v) {
   char* end = nullptr;
@@ -229,6 +232,11 @@ Options Options::from_env() {
     if (const char* v = env(k.var)) o.*k.field = lower(v);
   if (const char* v = env(kStreamPdl.var)) o.stream_pdl = parse_bool(kStreamPdl.var, v) ? 1 : 0;
   if (const char* v = env(kStreamBlocks.var)) o.stream_blocks = static_cast<int>(parse_int(kStreamBlocks, v));
+  if (const char* v = env(kStreamLlMax.var)) o.stream_ll_max = static_cast<size_t>(parse_int(kStreamLlMax, v));
+  if (const char* v = env(kStreamCeMin.var)) o.stream_ce_min = static_cast<size_t>(parse_int(kStreamCeMin, v));
+  if (const char* v = env("PEERLINK_STREAM_ACQUIRE_LOAD"))
+    o.stream_acquire_load = parse_bool("PEERLINK_STREAM_ACQUIRE_LOAD", v);
+  if (const char* v = env(kStreamCeLanes.var)) o.stream_ce_lanes = static_cast<int>(parse_int(kStreamCeLanes, v));
   o.validate();
   return o;
 }
@@ -267,6 +275,9 @@ void Options::validate() const {
   }
   check(kStreamPdl, stream_pdl);
   check(kStreamBlocks, stream_blocks);
+  check_size(kStreamLlMax, stream_ll_max);
+  check_size(kStreamCeMin, stream_ce_min);
+  check(kStreamCeLanes, stream_ce_lanes);
 }
 
 }  // namespace peerlink
