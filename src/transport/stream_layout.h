@@ -105,7 +105,7 @@ struct PairSection {
   // any later launch or message can use them, so nothing needs resetting from the host.
   Line exit[6];
   uint64_t pub_arrive[kDescRing];
-  // GPU copy-engine sends (stream_kernels.cu, kinds kChCeWait / kChCeDone): what the waiting kernel
+  // GPU copy-engine sends (stream_ce_device.h, kinds kChCeWait / kChCeDone): what the waiting kernel
   // found for message k (kStatusOk / kStatusMismatch), read by the publishing kernel.
   uint64_t ce_status[kDescRing];
 };
