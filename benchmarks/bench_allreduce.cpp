@@ -22,6 +22,7 @@
 #include "peerlink/device.h"
 #include "peerlink/peerlink.h"
 #if __has_include("peerlink/collectives.h")
+#include "common/pl_types.h"
 #include "peerlink/collectives.h"
 #define BENCH_HAVE_PEERLINK_ALLREDUCE 1
 // Weak, so this benchmark links against a library whose collectives are not built yet (the header
@@ -113,16 +114,7 @@ using Impl = bench::ArImpl;
 using Row = bench::ArRow;
 
 #if BENCH_HAVE_PEERLINK_ALLREDUCE
-peerlink::DataType to_pl(bench::Dt t) {
-  using D = peerlink::DataType;
-  static const D m[] = {D::F32, D::F16, D::BF16, D::F64, D::I32, D::I64};
-  return m[static_cast<int>(t)];
-}
-peerlink::ReduceOp to_pl(bench::Op o) {
-  using R = peerlink::ReduceOp;
-  static const R m[] = {R::Sum, R::Prod, R::Max, R::Min};
-  return m[static_cast<int>(o)];
-}
+using bench::to_pl;  // common/pl_types.h
 #endif
 int to_nccl(bench::Dt t) {
   using namespace bench::nccl;
@@ -350,38 +342,14 @@ int run_rank(const Config& c_in, const std::string& uid, int rank, const std::ve
   return rc;
 }
 
-std::vector<int> placement(const Config& c) {
-  if (!c.gpus.empty()) {
-    if (c.nranks && c.nranks != static_cast<int>(c.gpus.size()))
-      throw bench::UsageError("-g " + std::to_string(c.nranks) + " disagrees with --gpus (" +
-                              std::to_string(c.gpus.size()) + " devices)");
-    return c.gpus;
-  }
-  int d = bench::probe_device_count();
-  int n = c.nranks ? c.nranks : (d >= 2 ? std::min(d, 8) : 2);
-  std::vector<int> devs(n);
-  for (int r = 0; r < n; ++r) devs[r] = d > 0 ? r % d : peerlink::kHostDevice;
-  return devs;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  Config c;
-  try {
-    c = parse(argc, argv);
-  } catch (const bench::UsageError& e) {
-    std::fprintf(stderr, "bench_allreduce: %s\n%s", e.what(), kUsage);
-    return 1;
-  }
-  try {
+  return bench::run_main("bench_allreduce", kUsage, argc, argv, parse, [](const Config& c) {
     bench::nccl::disable_nvls();
-    std::vector<int> devs = placement(c);
+    std::vector<int> devs = bench::rank_devices(c.nranks, c.gpus);
     std::string uid = bench::make_unique_id("ar");
     return bench::fork_ranks(static_cast<int>(devs.size()), [&](int r) { return run_rank(c, uid, r, devs); },
                              std::chrono::seconds(c.time_limit_s));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_allreduce: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -21,6 +21,7 @@
 #include "common/coll_bench.h"
 #include "common/launch.h"
 #include "common/nccl_dl.h"
+#include "common/pl_types.h"
 #include "peerlink/collectives.h"
 #include "peerlink/device.h"
 #include "peerlink/peerlink.h"
@@ -32,7 +33,9 @@ using Clock = std::chrono::steady_clock;
 const char* kUsage =
     "usage: bench_collectives --op all_gather|reduce_scatter|broadcast|reduce|alltoall [-b MIN] [-e MAX]\n"
     "  [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-G 0|1] [-d float|half|bfloat16|double|int32|int64]\n"
-    "  [-o sum|prod|max|min] [-r ROOT] [-g NRANKS] [--gpus D0,D1,..] [--time-limit S]\n";
+    "  [-o sum|prod|max|min] [-r ROOT] [-g NRANKS] [--gpus D0,D1,..] [--time-limit S] [--nccl 0|1]\n"
+    "  (--nccl 0: peerlink only, no NCCL communicator; PEERLINK_* variables choose the algorithms)\n";
+bool g_nccl = true;  // --nccl
 
 Config parse(int argc, char** argv) {
   Config c;
@@ -60,6 +63,7 @@ Config parse(int argc, char** argv) {
     } else if (a.flag("-o", "--redop")) {
       try { c.redop = bench::parse_op(a.value()); } catch (const std::invalid_argument& e) { throw bench::UsageError(e.what()); }
     } else if (a.flag("--gpus")) c.gpus = bench::parse_int_list("--gpus", a.value());
+    else if (a.flag("--nccl")) g_nccl = bench::parse_int("--nccl", a.value(), 0, 1) != 0;
     else if (a.flag("--time-limit")) c.time_limit_s = static_cast<int>(bench::parse_int("--time-limit", a.value(), 1, 86400));
     else if (a.flag("-h", "--help")) {
       std::fputs(kUsage, stdout);
@@ -69,16 +73,7 @@ Config parse(int argc, char** argv) {
   return c;
 }
 
-peerlink::DataType to_pl(bench::Dt t) {
-  using D = peerlink::DataType;
-  static const D m[] = {D::F32, D::F16, D::BF16, D::F64, D::I32, D::I64};
-  return m[static_cast<int>(t)];
-}
-peerlink::ReduceOp to_pl(bench::Op o) {
-  using R = peerlink::ReduceOp;
-  static const R m[] = {R::Sum, R::Prod, R::Max, R::Min};
-  return m[static_cast<int>(o)];
-}
+using bench::to_pl;  // common/pl_types.h
 // Elements per call for a size row: nccl-tests' size is the per-rank total, so the piece count
 // is size / n for all_gather, reduce_scatter and alltoall.
 struct Shape {
@@ -232,7 +227,14 @@ int run_rank(const Config& c, const std::string& uid, int rank, const std::vecto
     };
     p.after_sync = [&comm] { peerlink::allreduce_check(comm); };
   }
-  NcclSide nccl(c, comm, devs, impls[0].send, impls[0].recv, max_bytes, impls[1], impls[2]);
+  std::unique_ptr<NcclSide> nccl;
+  if (g_nccl) {
+    nccl = std::make_unique<NcclSide>(c, comm, devs, impls[0].send, impls[0].recv, max_bytes, impls[1], impls[2]);
+  } else {
+    impls[1].name = "nccl";
+    impls[2].name = "nccl-reg";
+    impls[1].why = impls[2].why = "--nccl 0";
+  }
   Reporter rep(c, comm, impls);
   Data data(c, rank, n);
   for (size_t bytes : sizes) {
@@ -245,45 +247,22 @@ int run_rank(const Config& c, const std::string& uid, int rank, const std::vecto
     rep.add(elems * es, elems, rows);
   }
   comm.barrier();
-  nccl.close();
+  if (nccl) nccl->close();
   comm.free(impls[0].send);
   comm.free(impls[0].recv);
   if (stream) peerlink::device::stream_destroy(stream);
   return rep.finish();
 }
 
-std::vector<int> placement(const Config& c) {
-  if (!c.gpus.empty()) {
-    if (c.nranks && c.nranks != static_cast<int>(c.gpus.size()))
-      throw bench::UsageError("-g " + std::to_string(c.nranks) + " disagrees with --gpus");
-    return c.gpus;
-  }
-  int d = bench::probe_device_count();
-  int n = c.nranks ? c.nranks : (d >= 2 ? std::min(d, 8) : 2);
-  std::vector<int> devs(n);
-  for (int r = 0; r < n; ++r) devs[r] = d > 0 ? r % d : peerlink::kHostDevice;
-  return devs;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  Config c;
-  try {
-    c = parse(argc, argv);
-  } catch (const bench::UsageError& e) {
-    std::fprintf(stderr, "bench_collectives: %s\n%s", e.what(), kUsage);
-    return 1;
-  }
-  try {
+  return bench::run_main("bench_collectives", kUsage, argc, argv, parse, [](const Config& c) {
     bench::nccl::disable_nvls();
-    std::vector<int> devs = placement(c);
+    std::vector<int> devs = bench::rank_devices(c.nranks, c.gpus);
     if (c.root >= static_cast<int>(devs.size())) throw bench::UsageError("-r " + std::to_string(c.root) + " is not a rank");
     std::string uid = bench::make_unique_id("co");
     return bench::fork_ranks(static_cast<int>(devs.size()), [&](int r) { return run_rank(c, uid, r, devs); },
                              std::chrono::seconds(c.time_limit_s));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_collectives: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -16,6 +16,7 @@ MATRIXB=${BENCH_MATRIX_BYTES:-128M}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 cd "$ROOT" || exit 1
+. scripts/gpu_lib.sh
 export NCCL_NVLS_ENABLE=0   # never NVLink multicast on these machines
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
@@ -35,22 +36,9 @@ BIN="$ROOT/$BUILD/bin"
 start=$(date +%s)
 summary="$OUT/summary.txt"
 : >"$summary"
-# step NAME LIMIT_S CMD... : runs CMD with a time limit, output in OUT/NAME.txt, one summary line.
-step() {
-  local name=$1 limit=$2
-  shift 2
-  local now=$(( $(date +%s) - start ))
-  if [ "$now" -ge "$BUDGET" ]; then
-    echo "SKIP  $name (budget of ${BUDGET}s spent)" | tee -a "$summary"
-    return
-  fi
-  local t0=$(date +%s)
-  timeout -k 5 "$limit" "$@" >"$OUT/$name.txt" 2>&1
-  local rc=$?
-  local verdict=OK
-  [ "$rc" -ne 0 ] && verdict="FAIL(rc=$rc)"
-  echo "$verdict $name ($(( $(date +%s) - t0 ))s)" | tee -a "$summary"
-}
+# step NAME LIMIT_S CMD... (scripts/gpu_lib.sh): runs CMD with a time limit, output in OUT/NAME.txt,
+# one summary line; skipped once the budget is spent.
+STEP_STYLE=verdict STEP_EXT=txt STEP_KILL_S=5
 
 BT="$BIN/bench_transport"
 for path in direct relay; do

@@ -14,8 +14,7 @@ STEPS=${STEPS:-"build contract stream colls topo bench coll py"}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
 BUILD=build-cuda
-status=0
-note() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG"; }
+. "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"  # note, gtest_flags (status=0)
 DEADLINE=${DEADLINE:-100000}  # seconds after start: later steps are skipped, so results come back
 run_step() {  # name, timeout seconds, command...
   local name=$1 limit=$2; shift 2
@@ -38,11 +37,7 @@ cat "$R/gpus.csv" >> "$LOG"
 NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
 note "GPUs: $NGPU"
 
-# googletest: the system's, else a copy carried in .gtest/{include,lib} (the GPU image has none).
-GT=()
-if ! echo '#include <gtest/gtest.h>' | g++ -x c++ -E - > /dev/null 2>&1 && [ -d .gtest ]; then
-  GT=(SAN="-I$(pwd)/.gtest/include -L$(pwd)/.gtest/lib")
-fi
+gtest_flags  # googletest: the system's, else a copy carried in .gtest/{include,lib}
 if has build; then
   run_step build 400 make BACKEND=cuda BUILD=$BUILD -j16 "${GT[@]}" lib tests tools benchmarks || { tar -czf "$OUT/results.tgz" -C "$OUT" r; exit 1; }
 fi
@@ -110,6 +105,7 @@ if has topo && [ -x $BUILD/bin/peerlink-topo ]; then
 fi
 if has bench && [ -f scripts/gpu_bench.sh ]; then BUILD=$BUILD SKIP_BUILD=1 run_step bench 420 bash scripts/gpu_bench.sh "$R/bench"; fi
 if has coll && [ -f scripts/gpu_collectives.sh ]; then BUILD=$BUILD run_step coll 420 bash scripts/gpu_collectives.sh "$R/coll" "$BUILD"; fi
+if has nccl && [ -f scripts/gpu_nccl.sh ]; then run_step nccl 400 bash scripts/gpu_nccl.sh "$R/nccl" "$BUILD"; fi  # libnccl.so.2 under torch (STEPS+=nccl)
 if has py && [ -f scripts/gpu_python.sh ]; then run_step py 420 bash scripts/gpu_python.sh "$R/py"; fi
 ls /dev/shm | grep '^pl_' > "$R/shm_left.txt" && { note "LEAK: $(cat $R/shm_left.txt | head)"; status=1; }
 tar -czf "$OUT/results.tgz" -C "$OUT" r

@@ -13,23 +13,9 @@ ALGOS=${ALGOS:-oneshot,twoshot,bandwidth,auto}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
-CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")}
-status=0
-step() {  # step NAME SECONDS CMD...
-  local name=$1 secs=$2; shift 2
-  local t0=$SECONDS
-  timeout "$secs" "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  printf '%-12s rc=%d  %ds\n' "$name" "$rc" "$((SECONDS - t0))" | tee -a "$OUT/summary.txt"
-  [ $rc -eq 0 ] || status=1
-  return $rc
-}
+. scripts/gpu_lib.sh  # step NAME SECONDS CMD... (log in OUT/NAME.log, OUT/summary.txt), CUDA_HOME, GT
 nvidia-smi topo -m > "$OUT/topo.txt" 2>&1 || true
-# googletest: the system's, else a copy carried in .gtest/{include,lib} (the GPU image has none).
-GT=()
-if ! echo '#include <gtest/gtest.h>' | g++ -x c++ -E - > /dev/null 2>&1 && [ -d .gtest ]; then
-  GT=(SAN="-I$(pwd)/.gtest/include -L$(pwd)/.gtest/lib")
-fi
+gtest_flags  # googletest: the system's, else a copy carried in .gtest/{include,lib}
 TESTBIN="$BUILD/bin/peerlink_tests"
 if ! step build 240 make BACKEND=cuda BUILD="$BUILD" -j"$(nproc)" "${GT[@]}" lib tests "$BUILD/bin/bench_allreduce"; then
   # Someone else's test may not compile right now: build the library and only our tests.

@@ -12,18 +12,8 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 LOG="$OUT/gpu_python.log"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
-status=0
-note() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG"; }
-step() {  # name, timeout seconds, command...
-  local name=$1 limit=$2; shift 2
-  note "== $name: $*"
-  timeout -k 10 "$limit" "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  tail -n 30 "$OUT/$name.log" | tee -a "$LOG"
-  note "== $name: rc=$rc"
-  [ $rc -eq 0 ] || status=1
-  return $rc
-}
+. scripts/gpu_lib.sh  # note, step NAME SECONDS CMD... (log in OUT/NAME.log, its tail in LOG)
+STEP_STYLE=noted STEP_KILL_S=10
 TORCHRUN=("$PY" -m torch.distributed.run --standalone --nproc-per-node 2)
 
 step env 60 bash -c "nvidia-smi -L; $PY -c 'import sys, numpy; print(sys.version); print(\"numpy\", numpy.__version__)';

@@ -11,21 +11,8 @@ BUILD=${2:-${BUILD:-build-dev}}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
-CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")}
-status=0
-step() {  # step NAME SECONDS CMD...
-  local name=$1 secs=$2; shift 2
-  local t0=$SECONDS
-  timeout "$secs" "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  printf '%-12s rc=%d  %ds\n' "$name" "$rc" "$((SECONDS - t0))" | tee -a "$OUT/summary.txt"
-  [ $rc -eq 0 ] || status=1
-  return $rc
-}
-GT=()
-if ! echo '#include <gtest/gtest.h>' | g++ -x c++ -E - > /dev/null 2>&1 && [ -d .gtest ]; then
-  GT=(SAN="-I$(pwd)/.gtest/include -L$(pwd)/.gtest/lib")
-fi
+. scripts/gpu_lib.sh  # step NAME SECONDS CMD... (log in OUT/NAME.log, OUT/summary.txt), CUDA_HOME, GT
+gtest_flags  # googletest: the system's, else a copy carried in .gtest/{include,lib}
 has() { [ -z "${STREAM_STEPS:-}" ] || [[ " $STREAM_STEPS " == *" $1 "* ]]; }  # STREAM_STEPS="gtest bench_graph"
 step build 300 make BACKEND=cuda BUILD="$BUILD" -j"$(nproc)" "${GT[@]}" lib tests benchmarks || { tail -30 "$OUT/build.log"; exit 1; }
 export PEERLINK_TEST_GPUS=2

@@ -10,8 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "report.h"
 #include "peerlink/communicator.h"
+#include "report.h"
+#include "table_report.h"
 
 namespace bench {
 
@@ -48,23 +49,20 @@ class ArReporter {
     std::printf("# bench_allreduce nranks=%d type=%s redop=%s iters=%d warmup=%d graph=%d algo=%s\n", n_,
                 meta_.dtype.c_str(), meta_.op.c_str(), meta_.iters, meta_.warmup, meta_.graph ? 1 : 0,
                 meta_.algo.c_str());
-    for (const ArImpl* i : impls_)
-      std::printf("# %-8s : %s\n", i->name, i->available ? "available" : ("unavailable (" + i->why + ")").c_str());
+    for (const ArImpl* i : impls_) table::print_availability(i->name, i->available, i->why);
     std::printf("#%11s %12s %8s %6s", "", "", "", "");
     for (const ArImpl* i : impls_) std::printf("   %-33s", i->name);
     std::printf("\n#%11s %12s %8s %6s", "size", "count", "type", "redop");
-    for (int k = 0; k < 2; ++k) std::printf(" %10s %7s %7s %6s", "time", "algbw", "busbw", "#wrong");
+    table::print_cell_heads(2);
     std::printf("\n#%11s %12s %8s %6s", "(B)", "(elements)", "", "");
-    for (int k = 0; k < 2; ++k) std::printf(" %10s %7s %7s %6s", "(us)", "(GB/s)", "(GB/s)", "");
+    table::print_cell_units(2);
     std::printf("\n");
     std::fflush(stdout);
   }
 
   // Collective: every rank calls it once per size, in the same order.
   void add(size_t bytes, size_t count, const ArRow rows[2]) {
-    struct Wire { double time_us; uint64_t wrong; int32_t ok, pad; } mine[2], all[2 * 64];
-    for (int k = 0; k < 2; ++k) mine[k] = {rows[k].time_us, rows[k].wrong, rows[k].ok ? 1 : 0, 0};
-    comm_.allgather_bytes(mine, sizeof mine, all);
+    const std::vector<table::Cell> cells = table::gather(comm_, rows, 2);
     for (int k = 0; k < 2; ++k)
       if (impls_[k]->available && !rows[k].ok)
         std::fprintf(stderr, "rank %d: %s allreduce of %zu bytes failed: %s\n", comm_.rank(), impls_[k]->name,
@@ -76,29 +74,22 @@ class ArReporter {
       a.impl = impls_[k]->name;
       a.bytes = bytes;
       a.count = count;
-      a.ok = impls_[k]->available;
-      for (int r = 0; r < n_; ++r) {
-        const Wire& w = all[r * 2 + k];
-        a.time_us = std::max(a.time_us, w.time_us);
-        a.wrong += w.wrong;
-        a.ok = a.ok && w.ok;
-      }
+      a.time_us = cells[k].time_us;
+      a.wrong = cells[k].wrong;
+      a.ok = impls_[k]->available && cells[k].ok;
       if (!impls_[k]->available) {
-        std::printf(" %10s %7s %7s %6s", "n/a", "n/a", "n/a", "n/a");
+        table::print_unavailable_cell();
         continue;
       }
       if (!a.ok) {
         failures_++;
-        std::printf(" %10s %7s %7s %6s", "error", "-", "-", "-");
+        table::print_error_cell();
         continue;
       }
-      a.algbw = a.time_us > 0 ? static_cast<double>(bytes) / (a.time_us * 1e-6) / 1e9 : 0;
+      a.algbw = table::algbw(bytes, a.time_us);
       a.busbw = a.algbw * 2.0 * (n_ - 1) / n_;
       wrong_ += a.wrong;
-      if (meta_.check)
-        std::printf(" %10.2f %7.2f %7.2f %6llu", a.time_us, a.algbw, a.busbw, static_cast<unsigned long long>(a.wrong));
-      else
-        std::printf(" %10.2f %7.2f %7.2f %6s", a.time_us, a.algbw, a.busbw, "N/A");
+      table::print_cell(a.time_us, a.algbw, a.busbw, a.wrong, meta_.check);
       rows_.push_back(a);
     }
     std::printf("\n");
@@ -108,19 +99,16 @@ class ArReporter {
   // Rank 0: summary and JSON. Returns the exit code (0 only when nothing was wrong or failed).
   int finish() {
     if (comm_.rank() != 0) return 0;
-    if (meta_.check)
-      std::printf("# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(wrong_), wrong_ ? "ERROR" : "OK");
-    else
-      std::printf("# Out of bounds values : N/A (-c 0: results not checked)\n");
+    table::print_wrong_total(wrong_, meta_.check);
     for (const ArImpl* i : impls_) {
       double sum = 0;
       int cnt = 0;
       for (const Agg& a : rows_)
         if (a.impl == std::string(i->name)) sum += a.busbw, ++cnt;
-      if (cnt) std::printf("# Avg bus bandwidth (%s) : %.3f\n", i->name, sum / cnt);
+      if (cnt) table::print_avg_busbw(i->name, sum / cnt);
     }
     if (!meta_.json.empty()) write_json();
-    return wrong_ ? 2 : failures_ ? 3 : 0;
+    return table::exit_code(wrong_, failures_);
   }
 
  private:

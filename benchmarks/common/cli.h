@@ -136,4 +136,24 @@ struct LaunchIdentity {
   }
 };
 
+// A benchmark's main(): parse(argc, argv) gives the configuration (a UsageError prints
+// "NAME: why" and the usage, exit 1), then body(config) gives the exit code (an exception prints
+// "NAME: what", exit 1).
+template <class Parse, class Body>
+int run_main(const char* name, const char* usage, int argc, char** argv, Parse parse, Body body) {
+  decltype(parse(argc, argv)) c;
+  try {
+    c = parse(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: %s\n%s", name, e.what(), usage);
+    return 1;
+  }
+  try {
+    return body(c);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", name, e.what());
+    return 1;
+  }
+}
+
 }  // namespace bench

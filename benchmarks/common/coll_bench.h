@@ -1,7 +1,6 @@
 // Parts of bench_collectives: configuration, one implementation's entry, the NCCL side (plain and
 // window-registered, through nccl_dl.h) and the nccl-tests style table printed by rank 0.
 #pragma once
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -12,6 +11,7 @@
 #include "allreduce_data.h"
 #include "nccl_dl.h"
 #include "peerlink/communicator.h"
+#include "table_report.h"
 
 namespace bench::coll {
 
@@ -155,58 +155,46 @@ class Reporter {
     if (comm.rank() != 0) return;
     std::printf("# bench_collectives op=%s nranks=%d type=%s redop=%s root=%d iters=%d warmup=%d graph=%d\n",
                 kCollNames[k], n_, dt_name(c.dt), op_name(c.redop), c.root, c.iters, c.warmup, c.graph ? 1 : 0);
-    for (int i = 0; i < 3; ++i)
-      std::printf("# %-8s : %s\n", impls_[i].name,
-                  impls_[i].available ? "available" : ("unavailable (" + impls_[i].why + ")").c_str());
+    for (int i = 0; i < 3; ++i) table::print_availability(impls_[i].name, impls_[i].available, impls_[i].why);
     std::printf("#%11s %12s %8s %6s %5s", "size", "count", "type", "redop", "root");
-    for (int i = 0; i < 3; ++i) std::printf(" %10s %7s %7s %6s", "time", "algbw", "busbw", "#wrong");
+    table::print_cell_heads(3);
     std::printf("\n#%11s %12s %8s %6s %5s", "(B)", "(elements)", "", "", "");
-    for (int i = 0; i < 3; ++i) std::printf(" %10s %7s %7s %6s", "(us)", "(GB/s)", "(GB/s)", "");
+    table::print_cell_units(3);
     std::printf("\n");
     std::fflush(stdout);
   }
   void add(size_t bytes, size_t count, const Row rows[3]) {
-    struct Wire { double t; uint64_t wrong; int32_t ok, pad; } mine[3], all[3 * 64];
-    for (int k = 0; k < 3; ++k) mine[k] = {rows[k].time_us, rows[k].wrong, rows[k].ok ? 1 : 0, 0};
-    comm_.allgather_bytes(mine, sizeof mine, all);
+    const std::vector<table::Cell> cells = table::gather(comm_, rows, 3);
     if (comm_.rank() != 0) return;
     const bool rooted = c_.op == Coll::Broadcast || c_.op == Coll::Reduce;
     std::printf(" %11zu %12zu %8s %6s %5d", bytes, count, dt_name(c_.dt),
                 c_.op == Coll::ReduceScatter || c_.op == Coll::Reduce ? op_name(c_.redop) : "none", rooted ? c_.root : -1);
     for (int k = 0; k < 3; ++k) {
       if (!impls_[k].available) {
-        std::printf(" %10s %7s %7s %6s", "n/a", "n/a", "n/a", "n/a");
+        table::print_unavailable_cell();
         continue;
       }
-      double t = 0;
-      uint64_t wrong = 0;
-      bool ok = true;
-      for (int r = 0; r < n_; ++r) {
-        const Wire& w = all[r * 3 + k];
-        t = std::max(t, w.t), wrong += w.wrong, ok = ok && w.ok;
-      }
-      if (!ok) {
+      const table::Cell& x = cells[k];
+      if (!x.ok) {
         ++failures_;
-        std::printf(" %10s %7s %7s %6s", "error", "-", "-", "-");
+        table::print_error_cell();
         continue;
       }
-      double algbw = t > 0 ? double(bytes) / (t * 1e-6) / 1e9 : 0;
-      wrong_ += wrong;
+      double algbw = table::algbw(bytes, x.time_us);
+      wrong_ += x.wrong;
       busbw_[k] += algbw * factor_;
       ++rows_[k];
-      if (c_.check) std::printf(" %10.2f %7.2f %7.2f %6llu", t, algbw, algbw * factor_, (unsigned long long)wrong);
-      else std::printf(" %10.2f %7.2f %7.2f %6s", t, algbw, algbw * factor_, "N/A");
+      table::print_cell(x.time_us, algbw, algbw * factor_, x.wrong, c_.check);
     }
     std::printf("\n");
     std::fflush(stdout);
   }
   int finish() {
     if (comm_.rank() != 0) return 0;
-    if (c_.check) std::printf("# Out of bounds values : %llu %s\n", (unsigned long long)wrong_, wrong_ ? "ERROR" : "OK");
-    else std::printf("# Out of bounds values : N/A (-c 0: results not checked)\n");
+    table::print_wrong_total(wrong_, c_.check);
     for (int k = 0; k < 3; ++k)
-      if (rows_[k]) std::printf("# Avg bus bandwidth (%s) : %.3f\n", impls_[k].name, busbw_[k] / rows_[k]);
-    return wrong_ ? 2 : failures_ ? 3 : 0;
+      if (rows_[k]) table::print_avg_busbw(impls_[k].name, busbw_[k] / rows_[k]);
+    return table::exit_code(wrong_, failures_);
   }
 
  private:

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -19,8 +20,10 @@
 #include <thread>
 #include <vector>
 
+#include "cli.h"
 #include "peerlink/device.h"
 #include "peerlink/errors.h"
+#include "peerlink/options.h"
 
 namespace bench {
 
@@ -142,6 +145,23 @@ inline int fork_ranks(int n, const std::function<int(int)>& body, std::chrono::s
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return first_bad;
+}
+
+// The device of each rank of the collective benchmarks: --gpus as given (-g, when set, must agree),
+// else -g ranks (default: every GPU up to 8, at least 2) spread round robin over the GPUs, or on
+// the host backend when there is none.
+inline std::vector<int> rank_devices(int nranks, const std::vector<int>& gpus) {
+  if (!gpus.empty()) {
+    if (nranks && nranks != static_cast<int>(gpus.size()))
+      throw UsageError("-g " + std::to_string(nranks) + " disagrees with --gpus (" + std::to_string(gpus.size()) +
+                       " devices)");
+    return gpus;
+  }
+  int d = probe_device_count();
+  int n = nranks ? nranks : (d >= 2 ? std::min(d, 8) : 2);
+  std::vector<int> devs(n);
+  for (int r = 0; r < n; ++r) devs[r] = d > 0 ? r % d : peerlink::kHostDevice;
+  return devs;
 }
 
 }  // namespace bench

@@ -18,6 +18,23 @@ bool is_device_pointer(const void* p);
 // peerlink's IPC unless the runtime can export it; for buffers of the NCCL-form calls and tests.
 void* alloc(size_t bytes);
 void free(void* p);
+// alloc() that is legal while a stream of the process is being captured: the calling thread's
+// capture mode is relaxed for the call (cudaThreadExchangeStreamCaptureMode, as NCCL does), so a
+// global-mode capture is not invalidated. The memory must outlive every graph that uses it.
+void* alloc_capture_safe(size_t bytes);
+// The calling thread's stream capture mode relaxed for the scope (cudaThreadExchangeStreamCaptureMode):
+// the one-time setup of a first call (allocations, mappings) is then legal while a stream of the
+// process is being captured in global mode. No-op in host-only builds.
+class RelaxedCaptureScope {
+ public:
+  RelaxedCaptureScope();
+  ~RelaxedCaptureScope();
+  RelaxedCaptureScope(const RelaxedCaptureScope&) = delete;
+  RelaxedCaptureScope& operator=(const RelaxedCaptureScope&) = delete;
+
+ private:
+  void* impl_;
+};
 
 // Synchronous copy in any direction (device or host memory on either side), landed on return.
 // Host to host is a plain memcpy (also in host-only builds).

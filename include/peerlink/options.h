@@ -42,6 +42,10 @@ enum class CollAlgo {
   Auto,  // by message size (all_to_all_v: always Push, its sizes differ per rank)
   LL,    // one step of flag-in-data lines; pieces up to allreduce_ll_max bytes (host backend: 16 KB)
   Push,  // chunks pushed into the receivers' mapped scratch, per-block flags
+  // Copy engines (all_to_all_v and the host backend run Push instead): chunks copied into the
+  // receivers' scratch by cudaMemcpyAsync, one small kernel per step for the flags, the receiver's
+  // scratch-to-output copy (reduce, reduce_scatter: a reduction kernel) on a forked stream.
+  CopyEngine,
 };
 
 // How memory exported by file descriptor reaches a peer (Options::fd_passing / PEERLINK_FD_PASSING).
@@ -86,12 +90,10 @@ struct Options {
   // ---- memory exported by file descriptor (GPU VMM allocations; host memfd memory).
   DescriptorPassing fd_passing = DescriptorPassing::Auto;  // PEERLINK_FD_PASSING=auto|pidfd|socket
   // Host backend: alloc() makes memfd chunks mapped back to back and exported by descriptor, like a
-  // VMM allocation on a GPU, instead of one named POSIX SHM segment (PEERLINK_HOST_FD=0|1). Off by
-  // default for now: with it on, two communicators of one process lost allreduce data
-  // (MpCollSetupThreads, found at merge time, not yet diagnosed); CI exercises the descriptor
-  // machinery through the FdPassing*/FdTransport* tests, which turn it on.
+  // VMM allocation on a GPU, instead of one named POSIX SHM segment (PEERLINK_HOST_FD=0|1). On by
+  // default so that every host run (CI) exercises the descriptor machinery GPUs use for VMM memory.
   // 0 = the named segments (the transport's own control/pair/relay segments are named either way).
-  bool host_fd = false;
+  bool host_fd = true;
   // Host fd memory: bytes per memfd chunk, page-rounded (PEERLINK_HOST_CHUNK_BYTES; 0 = one chunk).
   size_t host_chunk_bytes = 0;
 
@@ -119,6 +121,17 @@ struct Options {
   std::string broadcast_algo;       // PEERLINK_BROADCAST_ALGO
   std::string reduce_algo;          // PEERLINK_REDUCE_ALGO
   std::string all_to_all_algo;      // PEERLINK_ALL_TO_ALL_ALGO
+  // Auto selection of those collectives (every rank must agree). LL for pieces up to coll_ll_max
+  // bytes (PEERLINK_COLL_LL_MAX, [0, 2^28]; also bounded by allreduce_ll_max, which sizes the LL
+  // area); copy engines for all_gather, broadcast and all_to_all pieces of at least coll_ce_min bytes
+  // (PEERLINK_COLL_CE_MIN; 0 = auto never picks them). Both UNMEASURED guesses until a sweep sets them.
+  size_t coll_ll_max = size_t(64) << 10;
+  size_t coll_ce_min = 0;
+  // Copy-engine path: bytes per piece per step (PEERLINK_COLL_CE_CHUNK_BYTES, 0 = the scratch
+  // position, allreduce_scratch_bytes' value, which also bounds it) and copy streams for the pushes
+  // (PEERLINK_COLL_CE_LANES, [1, 4]: each step's pushes split over that many forked streams).
+  size_t coll_ce_chunk_bytes = 0;
+  int coll_ce_lanes = 1;
   // ---- stream-ordered send/recv on GPUs (transport/stream_*). Programmatic dependent launch of its
   // kernels (PEERLINK_STREAM_PDL=0|1); -1 = on for compute capability >= 9.0, never below. A user
   // kernel launched with PDL after a recv must call cudaGridDependencySynchronize() before reading
@@ -185,7 +198,7 @@ const char* to_string(AllreduceAlgo a);
 // InvalidArgument naming the string otherwise.
 AllreduceAlgo parse_allreduce_algo(const std::string& s);
 const char* to_string(CollAlgo a);
-// "", "auto", "ll", "push" (case-insensitive); InvalidArgument naming the string otherwise.
+// "", "auto", "ll", "push", "ce" (case-insensitive); InvalidArgument naming the string otherwise.
 CollAlgo parse_coll_algo(const std::string& s);
 
 }  // namespace peerlink

@@ -56,9 +56,10 @@ $(BUILD)/lib/libnccl.so: $(NCCL_SHIM)
 	ln -sf libnccl.so.2 $@
 
 # The C API test links the shim (as an NCCL program would) and nothing internal.
-$(NCCL_TEST_BIN): tests/nccl/nccl_api_test.cpp $(NCCL_SHIM) $(BUILD)/lib/libnccl.so
+NCCL_TEST_SRCS := $(sort $(wildcard tests/nccl/*_test.cpp))
+$(NCCL_TEST_BIN): $(NCCL_TEST_SRCS) $(NCCL_SHIM) $(BUILD)/lib/libnccl.so
 	@mkdir -p $(dir $@)
-	$(CXX) $(NCCL_SHIM_CXXFLAGS) -o $@ $< -L$(BUILD)/lib -lnccl -lpeerlink $(LIB_RPATH) $(LDFLAGS_ALL) -lgtest -lgtest_main
+	$(CXX) $(NCCL_SHIM_CXXFLAGS) -o $@ $(NCCL_TEST_SRCS) -L$(BUILD)/lib -lnccl -lpeerlink $(LIB_RPATH) $(LDFLAGS_ALL) -lgtest -lgtest_main
 
 test-nccl: $(NCCL_SHIM) $(NCCL_TEST_BIN)
 	bash tests/nccl/check_exports.sh $(NCCL_INC)/nccl.h $(NCCL_SHIM)

@@ -22,7 +22,9 @@ import uuid
 from typing import Any, Dict, Optional, Tuple
 
 from . import _peerlink as _C
+from ._collectives import CollectivesMixin
 from ._memory import empty_like_spec
+from ._stream_p2p import StreamP2PMixin
 from ._tensors import HOST, BufferView, as_buffer, stream_handle
 
 Request = _C.Request
@@ -57,7 +59,7 @@ def _device_index(device) -> int:
     raise _C.InvalidArgument(f"device must be an index, 'cpu', 'cuda[:N]' or a torch.device, got {device!r}")
 
 
-class Communicator:
+class Communicator(CollectivesMixin, StreamP2PMixin):
     """One per process and job: meets the other ranks of `unique_id` on this node.
 
     Collective: every rank must construct its communicator within the timeout (any order).
@@ -216,201 +218,9 @@ class Communicator:
         self._c.send_direct(int(peer), view.address, length, int(remote_ipc_id), int(remote_offset),
                             int(binding_version), timeout)
 
-    # ---- collectives ----------------------------------------------------------------------------
-    def allreduce(self, tensor, op: str = "sum", stream=None) -> None:
-        """In place: tensor = op over all ranks. On GPUs it is enqueued on the current torch /
-        CuPy stream (or `stream`) and returns without waiting; on the host backend it is
-        synchronous. Raises UnsupportedError when the library has no collectives."""
-        if not _C.has_collectives:
-            raise _C.UnsupportedError("allreduce: this peerlink library was built without collectives")
-        view = self._view(tensor, "allreduce", stream, sync=False)
-        if view.dtype is None:
-            raise _C.InvalidArgument("allreduce: cannot tell the element type of the tensor "
-                                     f"({view.kind}); pass a typed array")
-        if view.readonly:
-            raise _C.InvalidArgument("allreduce: the array is read-only")
-        handle = 0  # the legacy default stream; ignored on the host backend
-        if view.device != HOST:
-            if stream is None and view.kind == "torch":
-                import torch
-
-                stream = torch.cuda.current_stream(view.owner.device)
-            elif stream is None and view.kind == "cai":
-                stream = view.owner.__cuda_array_interface__.get("stream")
-            handle = stream_handle(stream)
-            if handle == 1:  # __cuda_array_interface__ spells the legacy default stream 1
-                handle = 0
-        count = view.nbytes // view.itemsize
-        _C.allreduce(self._c, view.address, count, view.dtype, str(op).lower(), handle)
-
-    all_reduce = allreduce  # torch.distributed's name
-
-    # torch.distributed's collectives. Every rank calls with tensors of the same dtype and sizes
-    # (all_to_all_single: matching splits). On GPUs they are enqueued on the tensors' stream (torch:
-    # the current stream of the device; CuPy: the stream its __cuda_array_interface__ names; or
-    # `stream`) and return at once; on the host backend (numpy) they are synchronous.
-    def all_gather_into_tensor(self, output, input, stream=None) -> None:
-        """output = the inputs of ranks 0..n-1 concatenated (output holds world_size x input).
-        In place when input is output's slice of this rank."""
-        out = self._coll_view(output, "all_gather_into_tensor", stream, writable=True)
-        inp = self._coll_view(input, "all_gather_into_tensor", stream)
-        self._same_dtype(out, inp, "all_gather_into_tensor")
-        if out.nbytes != inp.nbytes * self.world_size:
-            raise _C.InvalidArgument(f"all_gather_into_tensor: output holds {out.nbytes} bytes, want world_size "
-                                     f"({self.world_size}) x input's {inp.nbytes}")
-        _C.collective(self._c, "all_gather", inp.address, out.address, inp.nbytes // inp.itemsize, inp.dtype,
-                      "sum", 0, self._stream_of(out, stream))
-
-    def reduce_scatter_tensor(self, output, input, op: str = "sum", stream=None) -> None:
-        """output = op over ranks of this rank's slice of input (input holds world_size x output)."""
-        out = self._coll_view(output, "reduce_scatter_tensor", stream, writable=True)
-        inp = self._coll_view(input, "reduce_scatter_tensor", stream)
-        self._same_dtype(out, inp, "reduce_scatter_tensor")
-        if inp.nbytes != out.nbytes * self.world_size:
-            raise _C.InvalidArgument(f"reduce_scatter_tensor: input holds {inp.nbytes} bytes, want world_size "
-                                     f"({self.world_size}) x output's {out.nbytes}")
-        _C.collective(self._c, "reduce_scatter", inp.address, out.address, out.nbytes // out.itemsize, out.dtype,
-                      str(op).lower(), 0, self._stream_of(out, stream))
-
-    def broadcast(self, tensor, src: int, stream=None) -> None:
-        """In place: tensor = rank src's tensor on every rank."""
-        v = self._coll_view(tensor, "broadcast", stream, writable=True)
-        _C.collective(self._c, "broadcast", v.address, v.address, v.nbytes // v.itemsize, v.dtype, "sum",
-                      int(src), self._stream_of(v, stream))
-
-    def reduce(self, tensor, dst: int, op: str = "sum", stream=None) -> None:
-        """In place: rank dst's tensor = op over all ranks' tensors; the others' are left unchanged."""
-        v = self._coll_view(tensor, "reduce", stream, writable=True)
-        _C.collective(self._c, "reduce", v.address, v.address, v.nbytes // v.itemsize, v.dtype, str(op).lower(),
-                      int(dst), self._stream_of(v, stream))
-
-    def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None,
-                          stream=None) -> None:
-        """Rank r's input rows for rank q land in rank q's output rows for r, in rank order.
-        Split sizes count rows of dimension 0 (torch semantics); None = equal splits."""
-        what = "all_to_all_single"
-        out = self._coll_view(output, what, stream, writable=True)
-        inp = self._coll_view(input, what, stream)
-        self._same_dtype(out, inp, what)
-        n = self.world_size
-        if output_split_sizes is None and input_split_sizes is None:
-            if inp.nbytes != out.nbytes or (inp.nbytes // inp.itemsize) % n:
-                raise _C.InvalidArgument(f"{what}: input ({inp.nbytes} bytes) and output ({out.nbytes} bytes) must "
-                                         f"match and split evenly over {n} ranks")
-            _C.collective(self._c, "all_to_all", inp.address, out.address, inp.nbytes // inp.itemsize // n,
-                          inp.dtype, "sum", 0, self._stream_of(out, stream))
-            return
-
-        def splits(view, obj, sizes, name):
-            elems = view.nbytes // view.itemsize
-            shape = tuple(getattr(obj, "shape", (elems,))) or (1,)
-            row = elems // shape[0] if shape[0] else 0
-            if sizes is None:
-                if shape[0] % n:
-                    raise _C.InvalidArgument(f"{what}: {name} has {shape[0]} rows, not divisible by {n} ranks")
-                sizes = [shape[0] // n] * n
-            sizes = [int(x) for x in sizes]
-            if len(sizes) != n or min(sizes) < 0 or sum(sizes) > shape[0]:
-                raise _C.InvalidArgument(f"{what}: {name}_split_sizes {sizes} must be {n} non-negative row counts "
-                                         f"summing to at most {shape[0]}")
-            counts = [s * row for s in sizes]
-            displs = [sum(counts[:i]) for i in range(n)]
-            return counts, displs
-
-        sc, sd = splits(inp, input, input_split_sizes, "input")
-        rc, rd = splits(out, output, output_split_sizes, "output")
-        _C.all_to_all_v(self._c, inp.address, sc, sd, out.address, rc, rd, inp.dtype, self._stream_of(out, stream))
-
-    def _coll_view(self, tensor, what: str, stream, writable: bool = False) -> BufferView:
-        if not _C.has_collectives:
-            raise _C.UnsupportedError(f"{what}: this peerlink library was built without collectives")
-        view = self._view(tensor, what, stream, sync=False)
-        if view.dtype is None:
-            raise _C.InvalidArgument(f"{what}: cannot tell the element type of the tensor ({view.kind}); "
-                                     "pass a typed array")
-        if writable and view.readonly:
-            raise _C.InvalidArgument(f"{what}: the output array is read-only")
-        return view
-
-    @staticmethod
-    def _same_dtype(a: BufferView, b: BufferView, what: str) -> None:
-        if a.dtype != b.dtype:
-            raise _C.InvalidArgument(f"{what}: output is {a.dtype} but input is {b.dtype}")
-
-    # ---- stream-ordered point-to-point ----------------------------------------------------------
-    # Enqueued on the tensor's stream (torch: the current stream of its device; CuPy: the stream its
-    # __cuda_array_interface__ names; or `stream`) and return at once on GPUs: like
-    # torch.distributed.send/recv with NCCL, the tensor must stay alive (and unmodified, for a send)
-    # until that stream has run past the call. On the host backend they are synchronous.
-    # Matching is FIFO per (sender, receiver) pair, separately for each form. Without group(), a
-    # send may wait for the peer's matching recv (always in the published form): issue exchanges
-    # in both directions inside `with comm.group():`.
-    def send(self, tensor, dst: int, stream=None, nbytes: Optional[int] = None) -> None:
-        """Sends `tensor` (or its first `nbytes`) to rank `dst`'s matching recv (any buffers)."""
-        view = self._view(tensor, "send", stream, sync=False)
-        length = self._length(view, nbytes, "send", dst)
-        _C.stream_send(self._c, int(dst), view.address, length, self._stream_of(view, stream))
-
-    def recv(self, tensor, src: int, stream=None, nbytes: Optional[int] = None) -> None:
-        """Receives the next message of rank `src` into `tensor` (lengths must match the send)."""
-        view = self._view(tensor, "recv", stream, sync=False)
-        if view.readonly:
-            raise _C.InvalidArgument(f"recv from rank {src}: the array is read-only")
-        length = self._length(view, nbytes, "recv", src)
-        _C.stream_recv(self._c, int(src), view.address, length, self._stream_of(view, stream))
-
-    def send_published(self, tensor, dst: int, remote_ipc_id: int, binding_version: int = 1,
-                       remote_offset: int = 0, nbytes: Optional[int] = None, stream=None) -> None:
-        """Published-buffer form: lands in rank `dst`'s buffer `remote_ipc_id` (published with
-        notify_ipc_tensor at `binding_version`) at `remote_offset`; no staging, no handshake.
-        Matched by the peer's recv_published with the same (ipc_id, offset, nbytes)."""
-        view = self._view(tensor, "send_published", stream, sync=False)
-        length = self._length(view, nbytes, "send_published", dst)
-        _C.stream_send_published(self._c, int(dst), view.address, length, int(remote_ipc_id),
-                                 int(remote_offset), int(binding_version), self._stream_of(view, stream))
-
-    def recv_published(self, src: int, ipc_id: int, nbytes: int, offset: int = 0, stream=None) -> None:
-        """Published-buffer form: the stream does not run past this call before rank `src`'s
-        matching send_published has landed in [buffer ipc_id + offset, + nbytes)."""
-        handle = 0
-        if self.device != HOST:
-            if stream is None:
-                try:
-                    import torch
-
-                    stream = torch.cuda.current_stream(self.device)
-                except ImportError:
-                    stream = None
-            handle = stream_handle(stream) if stream is not None else 0
-            if handle == 1:
-                handle = 0
-        _C.stream_recv_published(self._c, int(src), int(ipc_id), int(offset), int(nbytes), handle)
-
-    def group(self):
-        """`with comm.group(): ...` issues the sends and recvs inside together at the end of the
-        block, so any pattern (ring exchange, all pairs) cannot deadlock. Groups do not nest."""
-        return _Group(self)
-
-    def _stream_of(self, view: BufferView, stream) -> int:
-        if view.device == HOST:
-            return 0  # ignored on the host backend
-        if stream is None and view.kind == "torch":
-            import torch
-
-            stream = torch.cuda.current_stream(view.owner.device)
-        elif stream is None and view.kind == "cai":
-            stream = view.owner.__cuda_array_interface__.get("stream")
-        handle = stream_handle(stream)
-        return 0 if handle == 1 else handle  # __cuda_array_interface__ spells the legacy default 1
-
-    @staticmethod
-    def _length(view: BufferView, nbytes, what: str, peer: int) -> int:
-        length = view.nbytes if nbytes is None else int(nbytes)
-        if length < 0 or length > view.nbytes:
-            raise _C.InvalidArgument(f"{what} (rank {peer}): nbytes {length} but the tensor holds "
-                                     f"{view.nbytes} bytes")
-        return length
-
+    # ---- collectives and stream-ordered point-to-point -----------------------------------------
+    # allreduce, all_gather_into_tensor, ...: CollectivesMixin (_collectives.py); send, recv, their
+    # published forms and group(): StreamP2PMixin (_stream_p2p.py).
     def barrier(self) -> None:
         """Waits for every rank. After KeyboardInterrupt here the ranks disagree on how many
         barriers ran, so later barriers and allreduces raise peerlink.Error: close()."""
@@ -446,7 +256,7 @@ class Communicator:
         state = " closed" if self.closed else ""
         return f"<peerlink.Communicator rank {self.rank}/{self.world_size} {dev}{state}>"
 
-    # ---- helpers --------------------------------------------------------------------------------
+    # ---- helpers (the mixins' too) ------------------------------------------------------------
     def _view(self, tensor, what: str, stream, sync: bool = True) -> BufferView:
         if self._c.closed:
             raise _C.InvalidArgument(f"{what}: the communicator is closed")
@@ -461,21 +271,15 @@ class Communicator:
                                      f"uses {want}")
         return view
 
+    def _stream_of(self, view: BufferView, stream) -> int:
+        if view.device == HOST:
+            return 0  # ignored on the host backend
+        if stream is None and view.kind == "torch":
+            import torch
 
-class _Group:
-    """Context manager of Communicator.group(). The group is ended even when the block raised (the
-    communicator stays usable); the block's exception is the one that propagates."""
+            stream = torch.cuda.current_stream(view.owner.device)
+        elif stream is None and view.kind == "cai":
+            stream = view.owner.__cuda_array_interface__.get("stream")
+        handle = stream_handle(stream)
+        return 0 if handle == 1 else handle  # __cuda_array_interface__ spells the legacy default 1
 
-    def __init__(self, comm: Communicator):
-        self._comm = comm
-
-    def __enter__(self):
-        _C.group_start(self._comm._c)
-        return self._comm
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        try:
-            _C.group_end(self._comm._c)
-        except Exception:
-            if exc_type is None:
-                raise

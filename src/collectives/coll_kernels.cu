@@ -213,6 +213,39 @@ __global__ void __launch_bounds__(1024) coll_ll_kernel(CollLaunchArgs c) {
   kernel_end(a, seq);  // as allreduce's LL kernel: a failed wait has set the abort word already
 }
 
+// ---- copy-engine path: the flag steps between the copies (coll_ce.cpp) ----------------------
+// One block of a few threads: thread p < world signals / waits for rank p (block 0's inbox).
+// The copies before this kernel on its stream have completed when it starts, so the release store
+// of the flag publishes them; the copies after it on the stream (or on streams waiting for an event
+// recorded after it) start after the peers' flags were seen.
+__global__ void coll_ce_step_kernel(LaunchArgs a, int entry) {
+  uint64_t seq0;
+  if (!kernel_begin(a, seq0)) return;
+  uint64_t seq = seq0 + 1;
+  signal_peers(a, 0, seq);
+  if (!wait_peers(a, 0, seq)) return;
+  if (entry && (seq & 1) == 0) {  // the next step would be odd: one more empty step
+    ++seq;
+    signal_peers(a, 0, seq);
+    if (!wait_peers(a, 0, seq)) return;
+  }
+  kernel_end(a, seq);
+}
+
+// Copy-engine path of the reducing kinds: the receiver reduces its own input and the peers'
+// scratch chunks (rank order, as every other path) into its output; block b takes
+// [b*per_block, +per_block) (a multiple of 16 bytes, so 16-byte aligned inputs stay aligned).
+template <typename T, int Op>
+__global__ void __launch_bounds__(1024) coll_ce_reduce_kernel(CeReduceArgs r) {
+  const size_t lo = size_t(blockIdx.x) * r.per_block;
+  if (lo >= r.count) return;
+  const size_t m = r.count - lo < r.per_block ? r.count - lo : r.per_block;
+  const T* ins[kMaxRanks];
+  for (int i = 0; i < r.nin; ++i) ins[i] = static_cast<const T*>(r.ins[i]) + lo;
+  T* outs[1] = {static_cast<T*>(r.out) + lo};
+  reduce_block<T, Op>(ins, r.nin, outs, 1, m);
+}
+
 template <typename T, int Op>
 void launch_typed(const CollLaunchArgs& c, DevStream st) {
   const LaunchArgs& a = c.a;
@@ -247,6 +280,35 @@ void launch_collective(const CollLaunchArgs& c, void* stream) {
   bool known = with_type(a.dtype, [&](auto t) { launch_op<decltype(t)>(c, st); });
   if (!known) throw InvalidArgument(common::cat("collective: unknown dtype code ", a.dtype));
   gpu::dev::check_launch("collective kernel launch");
+}
+
+void launch_ce_reduce(const CeReduceArgs& r, void* stream) {
+  if (r.nin < 1 || r.nin > kMaxRanks || r.blocks < 1 || r.blocks > kMaxBlocks || r.per_block == 0)
+    throw InvalidArgument(common::cat("collective copy-engine reduce: ", r.nin, " inputs, ", r.blocks, " blocks, ",
+                                      r.per_block, " elements per block"));
+  DevStream st = static_cast<DevStream>(stream);
+  bool known = with_type(r.dtype, [&](auto t) {
+    using T = decltype(t);
+    auto go = [&](auto kernel) { gpu::dev::launch(kernel, unsigned(r.blocks), 512u, st, false, r); };
+    switch (r.op) {
+      case kOpSum: return go(coll_ce_reduce_kernel<T, kOpSum>);
+      case kOpMax: return go(coll_ce_reduce_kernel<T, kOpMax>);
+      case kOpMin: return go(coll_ce_reduce_kernel<T, kOpMin>);
+      case kOpProd: return go(coll_ce_reduce_kernel<T, kOpProd>);
+    }
+    throw InvalidArgument(common::cat("collective copy-engine reduce: unknown reduce op code ", r.op));
+  });
+  if (!known) throw InvalidArgument(common::cat("collective copy-engine reduce: unknown dtype code ", r.dtype));
+  gpu::dev::check_launch("collective copy-engine reduce launch");
+}
+
+void launch_ce_step(const LaunchArgs& a, bool entry, void* stream) {
+  if (a.world < 2 || a.world > kMaxRanks)
+    throw InvalidArgument(common::cat("collective copy-engine step: world ", a.world, " (2..", kMaxRanks, ")"));
+  // No PDL: the kernel follows copies and event waits, where it gains nothing.
+  gpu::dev::launch(coll_ce_step_kernel, 1u, unsigned(kWarpSize), static_cast<DevStream>(stream), false, a,
+                   entry ? 1 : 0);
+  gpu::dev::check_launch("collective copy-engine step launch");
 }
 
 }  // namespace peerlink::coll

@@ -23,8 +23,31 @@ struct CollLaunchArgs {
 // Enqueues the collective on `stream`. Throws InvalidArgument / GpuError when the launch fails.
 void launch_collective(const CollLaunchArgs& c, void* stream);
 
-// Host backend: runs the collective synchronously (same plan, one "block").
+// Copy-engine path (coll_ce.cpp): one flag step of block 0's protocol with no data (signal every
+// peer, wait for every peer, advance every block's counter). `entry`: one or two such steps so that
+// the call's first data step gets an even sequence number, i.e. data step k uses scratch slot k & 1
+// whatever the device counter was (the host bakes slot addresses into the copies; the sequence
+// numbers stay on the device, so graph replays need no host work). Uses a.rank, world, flags,
+// error, timeout_ns. Host-only builds: UnsupportedError.
+void launch_ce_step(const LaunchArgs& a, bool entry, void* stream);
+
+// Copy-engine path of reduce / reduce_scatter: out[i] = reduce(ins[0][i], .., ins[nin-1][i]) for
+// i < count (512 threads per block, `blocks` blocks of per_block elements, a multiple of 16 bytes).
+struct CeReduceArgs {
+  const void* ins[kMaxRanks] = {};
+  int nin = 0;
+  void* out = nullptr;
+  size_t count = 0, per_block = 0;
+  int blocks = 1, dtype = 0, op = 0;
+};
+void launch_ce_reduce(const CeReduceArgs& r, void* stream);
+
 struct CollState;
+// Enqueues a collective other than all_to_all_v (d.kind) on `stream` through the copy engines
+// (reducing kinds: copies in, a reduction kernel per step on the receiver).
+void ce_collective(CollState& st, const CollDesc& d, int dtype, int op, const void* src, void* dst, void* stream);
+
+// Host backend: runs the collective synchronously (same plan, one "block").
 void host_collective(CollState& st, const CollDesc& d, int dtype, int op, const void* src, void* dst, bool ll);
 
 }  // namespace peerlink::coll

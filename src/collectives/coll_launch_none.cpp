@@ -7,5 +7,11 @@ namespace peerlink::coll {
 void launch_collective(const CollLaunchArgs&, void*) {
   throw UnsupportedError("collectives on a GPU: peerlink was built without CUDA or HIP");
 }
+void launch_ce_reduce(const CeReduceArgs&, void*) {
+  throw UnsupportedError("collectives on a GPU: peerlink was built without CUDA or HIP");
+}
+void launch_ce_step(const LaunchArgs&, bool, void*) {
+  throw UnsupportedError("collectives on a GPU: peerlink was built without CUDA or HIP");
+}
 }  // namespace peerlink::coll
 #endif

@@ -172,6 +172,9 @@ CollState& coll_state(Communicator& comm) {
       st->event_mem = gpu::EventOwner::create(st->device);
       st->order_event = st->event_mem.get();
       st->sm_count = gpu::multiprocessor_count(svc.device());
+      st->ce_lanes = opts.coll_ce_lanes;
+      for (int l = 0; l < st->ce_lanes; ++l) st->ce_streams[l] = gpu::StreamOwner::create(st->device);
+      for (auto& e : st->ce_events) e = gpu::EventOwner::create(st->device);
     }
     st->data[st->rank] = static_cast<char*>(be.alloc(st->layout.total()));
     if (!st->host) {  // LL lines must start invalid (zero flags); zero everything once

@@ -20,6 +20,9 @@ namespace detail { class CommServices; }
 
 namespace peerlink::coll {
 
+constexpr int kCeMaxLanes = 4;  // Options::coll_ce_lanes bound
+constexpr int kCeEvents = 3 + kCeMaxLanes;
+
 struct CollState {
   detail::CommServices* svc = nullptr;  // the transport's services (transport/services.h)
   int rank = 0;
@@ -53,6 +56,12 @@ struct CollState {
   gpu::DeviceAlloc flags_mem;
   gpu::MappedHostAlloc error_mem;
   gpu::EventOwner event_mem;
+  // Copy-engine path of the moving collectives (coll_ce.cpp), created with the state so that a
+  // first call inside a graph capture creates nothing: [0] takes the receivers' scratch-to-output
+  // copies, [1..lanes) the extra push lanes. Events: see kCe* in coll_ce.cpp.
+  int ce_lanes = 1;  // Options::coll_ce_lanes
+  gpu::StreamOwner ce_streams[kCeMaxLanes];
+  gpu::EventOwner ce_events[kCeEvents];
 
   ~CollState();
 };

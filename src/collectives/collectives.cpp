@@ -70,14 +70,18 @@ const std::string& algo_field(const Options& o, int kind) {
 }
 
 // Auto selection. LL (one step, each 8 bytes travel with a flag: twice the bytes on the link, no
-// separate flag latency) for pieces up to kLlAuto bytes, the push path above. UNMEASURED: the
-// threshold follows allreduce's LL/flags crossover on 2x H200 (LL won up to 512 KB there, where the
-// reduction also hid latency); pure data movement should cross earlier. all_to_all_v always pushes:
-// its piece sizes differ per rank, and ranks must choose alike without talking.
-constexpr size_t kLlAuto = size_t(64) << 10;
+// separate flag latency) for pieces up to Options::coll_ll_max bytes (default 64 KB, UNMEASURED:
+// allreduce's LL won up to 512 KB on 2x H200, where the reduction also hid latency), the push path
+// above; copy engines (coll_ce.cpp) for all_gather, broadcast and all_to_all pieces of at least
+// Options::coll_ce_min bytes (default 0: never, until a sweep sets it; reduce and reduce_scatter
+// take them only when forced: their reduction kernel per step is a separate guess). all_to_all_v always pushes:
+// its piece sizes differ per rank, and ranks must choose alike without talking. The host backend
+// has no copy-engine path: "ce" runs the push plan there (same pieces and chunks).
+bool ce_kind(int kind) { return kind == coll::kAllGather || kind == coll::kBroadcast || kind == coll::kAllToAll; }
 
 CollAlgo choose(const coll::CollState& st, const Call& c) {
-  CollAlgo forced = parse_coll_algo(algo_field(st.svc->options(), c.d.kind));
+  const Options& o = st.svc->options();
+  CollAlgo forced = parse_coll_algo(algo_field(o, c.d.kind));
   size_t piece_bytes = coll::local_max_piece(c.d) * c.d.elem;
   // An empty piece still sends a token line: LL needs an LL area (allreduce_ll_max > 0).
   if (forced == CollAlgo::LL) {
@@ -86,8 +90,12 @@ CollAlgo choose(const coll::CollState& st, const Call& c) {
                                 " bytes exceeds the LL area's ", st.ll_max, " bytes (allreduce_ll_max)"));
     return CollAlgo::LL;
   }
-  if (forced == CollAlgo::Push || c.d.kind == coll::kAllToAllV) return CollAlgo::Push;
-  size_t ll_max = st.host ? st.ll_max : std::min(st.ll_max, kLlAuto);
+  if (c.d.kind == coll::kAllToAllV) return CollAlgo::Push;
+  if (forced == CollAlgo::CopyEngine) return st.host || st.world < 2 ? CollAlgo::Push : CollAlgo::CopyEngine;
+  if (forced == CollAlgo::Push) return CollAlgo::Push;
+  if (!st.host && st.world >= 2 && ce_kind(c.d.kind) && o.coll_ce_min > 0 && piece_bytes >= o.coll_ce_min)
+    return CollAlgo::CopyEngine;
+  size_t ll_max = std::min(st.ll_max, o.coll_ll_max);  // host: st.ll_max is its 16 KB area
   return ll_max > 0 && piece_bytes <= ll_max ? CollAlgo::LL : CollAlgo::Push;
 }
 
@@ -130,7 +138,8 @@ void device_run(coll::CollState& st, const Call& c, CollAlgo algo, void* stream)
   // Stream ordering across calls on different streams: as allreduce (allreduce.cpp).
   const bool capturing = gpu::stream_is_capturing(stream);
   if (!capturing && st.event_valid && stream != st.last_stream) gpu::stream_wait_event(stream, st.order_event);
-  coll::launch_collective(L, stream);
+  if (algo == CollAlgo::CopyEngine) coll::ce_collective(st, c.d, a.dtype, a.op, c.src, c.dst, stream);
+  else coll::launch_collective(L, stream);
   if (!capturing) {
     gpu::event_record(st.order_event, stream);
     st.event_valid = true;

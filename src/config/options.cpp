@@ -48,6 +48,10 @@ constexpr Range kThreads{"allreduce_threads", "PEERLINK_ALLREDUCE_THREADS", 0, 1
 constexpr Range kBlocks{"allreduce_blocks", "PEERLINK_ALLREDUCE_BLOCKS", 0, kMaxAllreduceBlocks};
 constexpr Range kLlMax{"allreduce_ll_max", "PEERLINK_ALLREDUCE_LL_MAX", 0, 1LL << 28};
 constexpr Range kPdl{"allreduce_pdl", "PEERLINK_ALLREDUCE_PDL", -1, 1};
+constexpr Range kCollLlMax{"coll_ll_max", "PEERLINK_COLL_LL_MAX", 0, 1LL << 28};
+constexpr Range kCollCeMin{"coll_ce_min", "PEERLINK_COLL_CE_MIN", 0, 1LL << 40};
+constexpr Range kCollCeChunk{"coll_ce_chunk_bytes", "PEERLINK_COLL_CE_CHUNK_BYTES", 0, 1LL << 32};
+constexpr Range kCollCeLanes{"coll_ce_lanes", "PEERLINK_COLL_CE_LANES", 1, 4};
 constexpr Range kStreamPdl{"stream_pdl", "PEERLINK_STREAM_PDL", -1, 1};
 constexpr Range kStreamBlocks{"stream_blocks", "PEERLINK_STREAM_BLOCKS", 0, 1024};
 constexpr Range kStreamLlMax{"stream_ll_max", "PEERLINK_STREAM_LL_MAX", 0, 512LL << 10};
@@ -137,6 +141,7 @@ const char* to_string(CollAlgo a) {
     case CollAlgo::Auto: return "auto";
     case CollAlgo::LL: return "ll";
     case CollAlgo::Push: return "push";
+    case CollAlgo::CopyEngine: return "ce";
   }
   return "?";
 }
@@ -146,7 +151,8 @@ CollAlgo parse_coll_algo(const std::string& s) {
   if (v.empty() || v == "auto") return CollAlgo::Auto;
   if (v == "ll") return CollAlgo::LL;
   if (v == "push" || v == "direct") return CollAlgo::Push;
-  throw InvalidArgument(cat("collective algorithm '", s, "' is not one of ll, push, auto"));
+  if (v == "ce" || v == "copy_engine" || v == "copyengine") return CollAlgo::CopyEngine;
+  throw InvalidArgument(cat("collective algorithm '", s, "' is not one of ll, push, ce, auto"));
 }
 
 namespace {
@@ -230,6 +236,10 @@ Options Options::from_env() {
     o.allreduce_oneshot_generic = parse_bool("PEERLINK_ALLREDUCE_ONESHOT_GENERIC", v);
   for (const auto& k : kCollAlgoKnobs)
     if (const char* v = env(k.var)) o.*k.field = lower(v);
+  if (const char* v = env(kCollLlMax.var)) o.coll_ll_max = static_cast<size_t>(parse_int(kCollLlMax, v));
+  if (const char* v = env(kCollCeMin.var)) o.coll_ce_min = static_cast<size_t>(parse_int(kCollCeMin, v));
+  if (const char* v = env(kCollCeChunk.var)) o.coll_ce_chunk_bytes = static_cast<size_t>(parse_int(kCollCeChunk, v));
+  if (const char* v = env(kCollCeLanes.var)) o.coll_ce_lanes = static_cast<int>(parse_int(kCollCeLanes, v));
   if (const char* v = env(kStreamPdl.var)) o.stream_pdl = parse_bool(kStreamPdl.var, v) ? 1 : 0;
   if (const char* v = env(kStreamBlocks.var)) o.stream_blocks = static_cast<int>(parse_int(kStreamBlocks, v));
   if (const char* v = env(kStreamLlMax.var)) o.stream_ll_max = static_cast<size_t>(parse_int(kStreamLlMax, v));
@@ -273,6 +283,13 @@ void Options::validate() const {
       throw InvalidArgument(cat(k.var, ": ", e.what()));
     }
   }
+  check_size(kCollLlMax, coll_ll_max);
+  check_size(kCollCeMin, coll_ce_min);
+  check_size(kCollCeChunk, coll_ce_chunk_bytes);
+  if (coll_ce_chunk_bytes != 0 && coll_ce_chunk_bytes < static_cast<size_t>(kScratchMin))
+    throw InvalidArgument(cat("Options::coll_ce_chunk_bytes ", coll_ce_chunk_bytes, " is below ", kScratchMin,
+                              " (0 = the scratch position; ", kCollCeChunk.var, ")"));
+  check(kCollCeLanes, coll_ce_lanes);
   check(kStreamPdl, stream_pdl);
   check(kStreamBlocks, stream_blocks);
   check_size(kStreamLlMax, stream_ll_max);

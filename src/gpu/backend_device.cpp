@@ -188,6 +188,9 @@ class DeviceBackend final : public Backend {
 
   AllocRange find_allocation(const void* p, size_t len) override {
     DeviceGuard dg(dev_);
+    // Pointer queries and, for VMM memory, cuMemRetainAllocationHandle/cuMemRelease: no stream work,
+    // made legal while the caller's stream is being captured (publish during capture, issue 15.3).
+    RelaxedCaptureMode relaxed;
     if (!is_device_pointer(p))
       throw InvalidArgument(cat("pointer ", p, " is not device memory (device ", dev_, ")"));
     // VMM first: its address range is one chunk, and the range may span several (vmm_share.h).

@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "gpu/runtime.h"
+#include "gpu/vmm.h"
 #include "peerlink/device.h"
 
 namespace peerlink::device {
@@ -17,6 +18,14 @@ void* alloc(size_t bytes) { return gpu::device_malloc(bytes); }
 void free(void* p) {
   if (p) gpu::device_free(p);
 }
+
+void* alloc_capture_safe(size_t bytes) {
+  gpu::RelaxedCaptureMode relaxed;
+  return gpu::device_malloc(bytes);
+}
+
+RelaxedCaptureScope::RelaxedCaptureScope() : impl_(new gpu::RelaxedCaptureMode) {}
+RelaxedCaptureScope::~RelaxedCaptureScope() { delete static_cast<gpu::RelaxedCaptureMode*>(impl_); }
 
 void copy_sync(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;

@@ -1,5 +1,6 @@
 #include "gpu/fd_export.h"
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -20,7 +21,19 @@ FdHandleData fd_handle_data(const MemHandle& h) {
   return d;
 }
 
-FdExports::FdExports(std::string job_prefix, common::FdPassing mode) : job_prefix_(std::move(job_prefix)), mode_(mode) {}
+std::string fd_server_name(const std::string& job_prefix, int32_t pid, uint32_t server) {
+  return cat(common::fd_socket_name(job_prefix, pid), "s", server);
+}
+
+namespace {
+uint32_t next_server_id() {
+  static std::atomic<uint32_t> n{0};
+  return n.fetch_add(1, std::memory_order_relaxed) + 1;  // 0 is never a server (malformed handle)
+}
+}  // namespace
+
+FdExports::FdExports(std::string job_prefix, common::FdPassing mode)
+    : job_prefix_(std::move(job_prefix)), mode_(mode), server_id_(next_server_id()) {}
 
 FdExports::~FdExports() {
   server_.reset();  // stops the thread before the table goes
@@ -48,11 +61,11 @@ void FdExports::add(uint64_t export_id, std::vector<UniqueFd> chunks, const std:
     throw SysError(cat("export ", export_id, ": writing its manifest failed: ", std::strerror(errno)), errno, "pwrite");
   common::FileId mid = common::file_id(m.get());
   FdHandleData d{kFdHandleMagic, static_cast<uint32_t>(chunks.size()), m.get(), static_cast<uint32_t>(bytes.size()),
-                 mid.dev, mid.ino, export_id};
+                 mid.dev, mid.ino, export_id, server_id_, 0};
   std::lock_guard<std::mutex> g(mu_);
   if (!server_ && mode_ != common::FdPassing::Pidfd)
     server_ = std::make_unique<common::FdServer>(
-        common::fd_socket_name(job_prefix_, getpid()), [this](uint64_t k) { return lookup(k); },
+        fd_server_name(job_prefix_, getpid(), server_id_), [this](uint64_t k) { return lookup(k); },
         [this](int32_t pid) {
           std::lock_guard<std::mutex> g(mu_);
           return peers_.count(pid) != 0;
@@ -105,7 +118,8 @@ std::vector<UniqueFd> fetch(const MemHandle& h, const FdHandleData& d,
     }
   }
   try {
-    auto fds = common::request_fds(common::fd_socket_name(job_prefix, h.owner_pid), h.owner_pid, d.export_id, timeout_ms);
+    auto fds = common::request_fds(fd_server_name(job_prefix, h.owner_pid, d.server), h.owner_pid, d.export_id,
+                                   timeout_ms);
     *via = "socket";
     return fds;
   } catch (const SysError& e) {
@@ -122,10 +136,10 @@ ImportedFds import_fds(const MemHandle& h, common::FdPassing mode, const std::st
                        bool check_sizes) {
   FdHandleData d = fd_handle_data(h);
   if (d.magic != kFdHandleMagic || d.nchunks == 0 || d.nchunks > kMaxManifestChunks || d.manifest_fd < 0 ||
-      d.export_id != h.alloc_id || h.owner_pid <= 0)
+      d.export_id != h.alloc_id || h.owner_pid <= 0 || d.server == 0)
     throw Error(cat("malformed descriptor handle from process ", h.owner_pid, ": magic ", d.magic, ", ", d.nchunks,
                     " chunks, manifest descriptor ", d.manifest_fd, ", export ", d.export_id, " (allocation ",
-                    h.alloc_id, ")"));
+                    h.alloc_id, "), server ", d.server));
   ImportedFds out;
   std::vector<UniqueFd> fds = fetch(h, d, mode, job_prefix, timeout_ms, &out.via);
   if (!(common::file_id(fds[0].get()) == common::FileId{d.manifest_dev, d.manifest_ino}))

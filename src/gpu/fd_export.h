@@ -28,10 +28,20 @@ struct FdHandleData {
   uint32_t manifest_bytes;
   uint64_t manifest_dev, manifest_ino;
   uint64_t export_id;
+  // Which of the exporter's descriptor servers holds the export: one per FdExports, numbered in
+  // the process (two communicators of one process each have their own; see fd_server_name).
+  uint32_t server;
+  uint32_t reserved;
 };
 constexpr uint32_t kFdHandleMagic = 0x46444850;  // "PHDF"
 static_assert(sizeof(FdHandleData) <= sizeof(MemHandle::data), "fd handle must fit MemHandle::data");
 FdHandleData fd_handle_data(const MemHandle& h);  // no validation (see import_fds)
+
+// The abstract socket of descriptor server `server` of process `pid` in the job `job_prefix`. A
+// process may hold several communicators of one job (one thread per rank, as NCCL programs run
+// them), each with its own backend and export table: one name per process made the second
+// server's bind fail (EADDRINUSE), and export ids (each backend counts from 1) were ambiguous.
+std::string fd_server_name(const std::string& job_prefix, int32_t pid, uint32_t server);
 
 class FdExports {
  public:
@@ -55,6 +65,7 @@ class FdExports {
   std::vector<int> lookup(uint64_t key);
   std::string job_prefix_;
   common::FdPassing mode_;
+  const uint32_t server_id_;  // unique in the process (fd_server_name)
   std::mutex mu_;
   std::map<uint64_t, Export> exports_;
   std::set<int32_t> peers_;

@@ -115,6 +115,7 @@ ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int 
     }
     try {
       raw->pl = std::make_unique<Communicator>(raw->pl_id, raw->rank, raw->nranks, raw->device, raw->opts);
+      warm_p2p(raw);
       raw->ready = true;
       return ncclSuccess;
     } catch (const std::exception& e) {

@@ -38,6 +38,7 @@ ncclResult_t split_peerlink(ncclComm* parent, int color, int key, ncclComm* chil
   child->pl_id = parent->pl_id + "s" + std::to_string(n) + "c" + std::to_string(color);
   try {
     child->pl = std::make_unique<Communicator>(child->pl_id, child->rank, child->nranks, child->device, child->opts);
+    warm_p2p(child);
     child->ready = true;
   } catch (const std::exception& e) {
     set_last_error(std::string("ncclCommSplit: peerlink: ") + e.what());
@@ -102,10 +103,56 @@ PL_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksLis
     *newcomm = (res == ncclSuccess && r) ? wrap_real(comm, r) : nullptr;
     return res;
   }
-  // Shrinking exists to drop dead ranks, whose peerlink state cannot take part in a split's
-  // exchange; not implemented on peerlink communicators (an error, never a wrong communicator).
-  set_last_error("ncclCommShrink: not supported on a peerlink communicator (use ncclCommSplit)");
-  return ncclInvalidUsage;
+  // The surviving ranks call this (the excluded ones do not, and may be dead): no exchange with the
+  // parent's ranks. Every survivor derives the same child alone: ranks renumbered in parent order
+  // without the excluded ones, a peerlink id from the parent's id, the shrink number and the list.
+  std::vector<int> excl(excludeRanksList, excludeRanksList + std::max(excludeRanksCount, 0));
+  std::sort(excl.begin(), excl.end());
+  for (size_t i = 0; i < excl.size(); ++i) {
+    if (excl[i] < 0 || excl[i] >= comm->nranks || (i > 0 && excl[i] == excl[i - 1]) || excl[i] == comm->rank) {
+      set_last_error("ncclCommShrink: excluded rank " + std::to_string(excl[i]) + " is out of [0, " +
+                     std::to_string(comm->nranks) + "), repeated, or this rank (" + std::to_string(comm->rank) + ")");
+      return ncclInvalidArgument;
+    }
+  }
+  if (excl.size() >= static_cast<size_t>(comm->nranks)) {
+    set_last_error("ncclCommShrink: every rank excluded");
+    return ncclInvalidArgument;
+  }
+  if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT) {
+    set_last_error("ncclCommShrink: shrinkFlags " + std::to_string(shrinkFlags) + " is not NCCL_SHRINK_DEFAULT or _ABORT");
+    return ncclInvalidArgument;
+  }
+  (void)config;  // peerlink takes none of its fields; NCCL_SHRINK_ABORT: no host-side work to abort
+  auto* child = new ncclComm;
+  child->route = Route::Peerlink;
+  child->opts = comm->opts;
+  child->log = comm->log;
+  child->device = comm->device;
+  child->nranks = comm->nranks - static_cast<int>(excl.size());
+  child->rank = comm->rank - static_cast<int>(std::lower_bound(excl.begin(), excl.end(), comm->rank) - excl.begin());
+  child->pl_id = comm->pl_id + "k" + std::to_string(comm->shrink_count++) + "x";
+  for (int r : excl) child->pl_id += std::to_string(r) + ".";
+  *newcomm = child;
+  Op op;
+  op.comm = comm;
+  op.kind = OpKind::Init;
+  op.run = [comm, child]() -> ncclResult_t {
+    try {
+      child->pl = std::make_unique<Communicator>(child->pl_id, child->rank, child->nranks, child->device, child->opts);
+      warm_p2p(child);
+      child->ready = true;
+    } catch (const std::exception& e) {
+      set_last_error(std::string("ncclCommShrink: peerlink: ") + e.what());
+      child->init_result = result_of(e);
+      return child->init_result;
+    }
+    if (child->log.info)
+      log_line("INFO", "comm %p rank %d/%d: shrink of comm %p: peerlink", static_cast<void*>(child), child->rank,
+               child->nranks, static_cast<void*>(comm));
+    return ncclSuccess;
+  };
+  return submit(std::move(op));
 }
 
 PL_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
@@ -145,11 +192,13 @@ static ncclResult_t destroy(ncclComm_t comm, bool abort, const char* what) {
 }
 
 ncclComm::~ncclComm() {
-  if (!stage) return;
-  try {
-    if (device < 0) std::free(stage);
-    else device::free(stage);
-  } catch (...) {  // a destructor reports nothing; the device is likely gone already
+  if (stage) old_stages.push_back(stage);
+  for (void* p : old_stages) {
+    try {
+      if (device < 0) std::free(p);
+      else device::free(p);
+    } catch (...) {  // a destructor reports nothing; the device is likely gone already
+    }
   }
 }
 
@@ -186,9 +235,9 @@ PL_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t*
     *asyncError = comm->init_result;
     return ncclSuccess;
   }
-  // Device-side timeouts and lost peers of peerlink's stream-ordered allreduce are recorded on the
+  // Device-side timeouts and lost peers of peerlink's stream-ordered collectives are recorded on the
   // device and surface here (allreduce_check), as NCCL reports its own asynchronous errors.
-  if (comm->pl && comm->used_allreduce && comm->async_error.load() == ncclSuccess) {
+  if (comm->pl && comm->used_collectives && comm->async_error.load() == ncclSuccess) {
     try {
       allreduce_check(*comm->pl);
     } catch (const std::exception& e) {

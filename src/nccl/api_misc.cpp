@@ -159,13 +159,14 @@ PL_NCCL_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scal
     return real_of(comm)->ncclRedOpCreatePreMulSum(op, scalar, datatype, residence, comm->real);
   // A placeholder now; the real op is made with the real communicator on first use (shim.h).
   std::lock_guard<std::mutex> g(comm->mu);
-  if (comm->next_redop >= ncclMaxRedOp) return ncclInvalidUsage;
+  // The smallest free id: programs create and destroy one per call (nccl-tests -o premulsum).
+  int id = ncclNumOps;
+  while (comm->premul.count(id)) ++id;
   ncclComm::PreMul p;
   p.dtype = datatype;
   p.residence = residence;
   if (residence == ncclScalarHostImmediate) p.scalar.assign(static_cast<char*>(scalar), static_cast<char*>(scalar) + bytes);
   else p.device_scalar = scalar;
-  int id = comm->next_redop++;
   comm->premul.emplace(id, std::move(p));
   *op = static_cast<ncclRedOp_t>(id);
   return ncclSuccess;
@@ -180,10 +181,8 @@ PL_NCCL_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
     set_last_error("ncclRedOpDestroy: op " + std::to_string(static_cast<int>(op)) + " was not created on this comm");
     return ncclInvalidArgument;
   }
-  ncclResult_t r = ncclSuccess;
-  if (it->second.created && comm->real) r = real_of(comm)->ncclRedOpDestroy(it->second.real_op, comm->real);
-  comm->premul.erase(it);
-  return r;
+  comm->premul.erase(it);  // ops already called hold their own copy
+  return ncclSuccess;
 }
 
 PL_NCCL_EXPORT ncclResult_t ncclGetVersion(int* version) {

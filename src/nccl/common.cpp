@@ -124,4 +124,72 @@ ncclComm_t real_comm(ncclComm* comm, const char* what) {
   return r;
 }
 
+namespace {
+
+// A stream of the current device for the scope (none on the host backend).
+struct ScopedStream {
+  void* s = nullptr;
+  explicit ScopedStream(bool gpu) : s(gpu ? device::stream_create() : nullptr) {}
+  ~ScopedStream() {
+    try {
+      if (s) device::stream_destroy(s);
+    } catch (...) {  // a destructor reports nothing
+    }
+  }
+  ScopedStream(const ScopedStream&) = delete;
+  ScopedStream& operator=(const ScopedStream&) = delete;
+};
+
+// peerlink's group closed on every path (an exception inside still issues what was queued, so
+// the peers' matching calls complete).
+struct ScopedGroup {
+  Communicator& c;
+  bool open = true;
+  explicit ScopedGroup(Communicator& comm) : c(comm) { c.group_start(); }
+  void end() {
+    open = false;
+    c.group_end();
+  }
+  ~ScopedGroup() {
+    try {
+      if (open) c.group_end();
+    } catch (...) {
+    }
+  }
+  ScopedGroup(const ScopedGroup&) = delete;
+  ScopedGroup& operator=(const ScopedGroup&) = delete;
+};
+
+}  // namespace
+
+void warm_p2p(ncclComm* comm) {
+  comm->p2p_warm = comm->p2p_forward = false;
+  if (comm->nranks == 1) {
+    comm->p2p_warm = true;
+    return;
+  }
+  ScopedStream stream(comm->device >= 0);
+  std::string unsupported;
+  {
+    ScopedGroup group(*comm->pl);
+    for (int p = 0; p < comm->nranks; ++p) {
+      if (p == comm->rank) continue;
+      try {
+        comm->pl->send(p, nullptr, 0, stream.s);
+        comm->pl->recv(p, nullptr, 0, stream.s);
+      } catch (const UnsupportedError& e) {  // a relay pair: the same answer on both of its ranks
+        unsupported = e.what();
+      }
+    }
+    group.end();
+  }
+  if (stream.s) device::stream_sync(stream.s);
+  comm->p2p_forward = !unsupported.empty();
+  comm->p2p_warm = !comm->p2p_forward;
+  if (comm->p2p_forward)
+    log_line(comm->log.info ? "INFO" : "WARN",
+             "comm %p rank %d/%d: send/recv forwarded to the real NCCL (%s)", static_cast<void*>(comm), comm->rank,
+             comm->nranks, unsupported.c_str());
+}
+
 }  // namespace peerlink::nccl

@@ -6,7 +6,9 @@
 // setup, the first op with a peer, the host backend which is synchronous) would deadlock if the
 // batches of two communicators of this process ran one after the other on this thread: rank 0's
 // batch would wait for rank 1's, which has not started. So when a group holds more than one
-// batch, each runs on its own thread and group end joins them; a group of one batch (the usual
+// batch that may wait (serial_ok below says which cannot: warm GPU send/recv and set-up GPU
+// collectives only enqueue kernels, and run one after the other here), each runs on its own
+// thread and group end joins them; a group of one batch (the usual
 // one-communicator-per-process case) runs on the calling thread, with no thread cost. The extra
 // threads are parked helpers (Helpers below), not created per group: a thread creation costs tens
 // of microseconds, which an eager nccl-tests -g 2 iteration would pay every time.
@@ -18,7 +20,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <map>
 #include <thread>
 
 #include "real_nccl.h"
@@ -129,11 +130,15 @@ void stage_overlapping_sends(ncclComm* comm, std::vector<Op*>& ops) {
   }
   if (staged.empty()) return;
   if (need > comm->stage_bytes) {
-    void* fresh = comm->device < 0 ? std::malloc(need) : device::alloc(need);
+    size_t grow = comm->stage_bytes ? comm->stage_bytes : 4096;
+    while (grow < need) grow *= 2;
+    // Legal inside a capture (the first in-place call at a size may be captured, global mode
+    // included); the old buffer stays with the communicator: a graph may still replay with it.
+    void* fresh = comm->device < 0 ? std::malloc(grow) : device::alloc_capture_safe(grow);
     if (!fresh) throw std::bad_alloc();
-    if (comm->stage) comm->device < 0 ? std::free(comm->stage) : device::free(comm->stage);
+    if (comm->stage) comm->old_stages.push_back(comm->stage);
     comm->stage = fresh;
-    comm->stage_bytes = need;
+    comm->stage_bytes = grow;
   }
   char* at = static_cast<char*>(comm->stage);
   for (Op* s : staged) {
@@ -197,21 +202,49 @@ ncclResult_t run_real_batch(std::vector<Op*>& ops) {
   return first != ncclSuccess ? first : r;
 }
 
+// Batches of a group: one per peerlink communicator, in first-appearance order, and one (comm
+// nullptr) for everything routed to the real NCCL. A linear list: groups hold a few communicators.
+struct Batch {
+  ncclComm* comm;
+  std::vector<Op*> ops;
+};
+
+// True when the batches may run one after the other on this thread: each is a GPU communicator's
+// peerlink calls that only enqueue work and never wait on the host for another rank: send/recv
+// once every peer was bound at creation (p2p_warm), collectives once the communicator's first one
+// set up its scratch (used_collectives). Anything else (inits, splits, a first collective, ops
+// forwarded to the real NCCL, which may create a real communicator or connect, the host backend,
+// which is synchronous) may wait for the other communicators' batches, which then must run
+// concurrently.
+bool serial_ok(const std::vector<Batch>& batches) {
+  for (const Batch& b : batches) {
+    if (!b.comm || b.comm->device < 0) return false;
+    for (const Op* op : b.ops) {
+      if (!op->on_peerlink) return false;
+      if (op->kind == OpKind::P2p && (!b.comm->p2p_warm || b.comm->p2p_forward)) return false;
+      if (op->kind == OpKind::Collective && !b.comm->used_collectives) return false;
+      if (op->kind == OpKind::Init) return false;
+    }
+  }
+  return true;
+}
+
 ncclResult_t run_all(std::vector<Op>& ops) {
-  // Batches in first-appearance order; key nullptr = the real NCCL batch.
-  std::vector<ncclComm*> order;
-  std::map<ncclComm*, std::vector<Op*>> batches;
+  std::vector<Batch> batches;
   for (Op& op : ops) {
     ncclComm* key = op.comm->route == Route::Peerlink ? op.comm : nullptr;
-    auto it = batches.find(key);
-    if (it == batches.end()) {
-      order.push_back(key);
-      it = batches.emplace(key, std::vector<Op*>{}).first;
+    Batch* b = nullptr;
+    for (Batch& x : batches)
+      if (x.comm == key) b = &x;
+    if (!b) {
+      batches.push_back(Batch{key, {}});
+      b = &batches.back();
     }
-    it->second.push_back(&op);
+    b->ops.push_back(&op);
   }
-  auto run_one = [&](ncclComm* key) -> ncclResult_t {
-    std::vector<Op*>& b = batches[key];
+  auto run_one = [&](size_t i) -> ncclResult_t {
+    ncclComm* key = batches[i].comm;
+    std::vector<Op*>& b = batches[i].ops;
     if (!key) return run_real_batch(b);
     // The communicator's device current on this thread for the batch (forwarded ops and CUDA
     // calls of the application's kind expect it), the caller's put back after.
@@ -232,11 +265,17 @@ ncclResult_t run_all(std::vector<Op>& ops) {
     }
     return r;
   };
-  if (order.size() == 1) return run_one(order[0]);
-  std::vector<ncclResult_t> res(order.size(), ncclSuccess);
-  std::vector<std::function<void()>> tasks;
-  for (size_t i = 0; i < order.size(); ++i) tasks.emplace_back([&, i] { res[i] = run_one(order[i]); });
-  Helpers::instance()->run(tasks);
+  if (batches.size() == 1) return run_one(0);
+  std::vector<ncclResult_t> res(batches.size(), ncclSuccess);
+  if (serial_ok(batches)) {
+    // No helper hand-off (a thread wake-up and a wait per group, the likely largest host cost of
+    // eager nccl-tests -g 2; not measured separately yet): every batch only enqueues kernels.
+    for (size_t i = 0; i < batches.size(); ++i) res[i] = run_one(i);
+  } else {
+    std::vector<std::function<void()>> tasks;
+    for (size_t i = 0; i < batches.size(); ++i) tasks.emplace_back([&, i] { res[i] = run_one(i); });
+    Helpers::instance()->run(tasks);
+  }
   for (ncclResult_t r : res)
     if (r != ncclSuccess) return r;
   return ncclSuccess;

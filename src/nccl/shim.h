@@ -60,29 +60,30 @@ struct ncclComm {
   // forwarded op on Route::Peerlink (real_mu guards that creation).
   ncclComm_t real = nullptr;
   std::mutex real_mu;
-  // allreduce_check only after an allreduce (it would set up state); read by a watchdog thread
-  // (torch polls ncclCommGetAsyncError) while the op's thread sets it.
-  std::atomic<bool> used_allreduce{false};
+  // allreduce_check (the device error word that every peerlink collective shares) only after a
+  // collective ran (it would set up state); read by a watchdog thread (torch polls
+  // ncclCommGetAsyncError) while the op's thread sets it.
+  std::atomic<bool> used_collectives{false};
   std::atomic<int> async_error{ncclSuccess};
   int split_count = 0;          // children created by ncclCommSplit (distinct peerlink ids)
-  bool ready = false;           // init finished (deferred inits in a group fill it at group end)
+  // Init finished (deferred inits in a group fill it at group end); atomic: torch's watchdog
+  // thread may poll ncclCommGetAsyncError while the group's thread creates the communicator.
+  std::atomic<bool> ready{false};
   ncclResult_t init_result = ncclSuccess;
 
   // Guards what follows (ops of one communicator may come from several threads' groups).
   std::mutex mu;
-  // ncclRedOpCreatePreMulSum on a peerlink communicator: a local placeholder op (>= ncclNumOps)
-  // whose real NCCL op is created with the real communicator on the first forwarded use (the
-  // call is legal inside a group, where creating a real communicator would deadlock -g 2).
+  // ncclRedOpCreatePreMulSum on a peerlink communicator: a local placeholder op (>= ncclNumOps).
+  // An op using it copies this record when it is called (nccl-tests destroys the op before
+  // ncclGroupEnd, as NCCL allows) and creates the real NCCL op on the real communicator when it
+  // runs, destroying it right after (creating a real communicator inside a group would deadlock -g 2).
   struct PreMul {
     std::vector<char> scalar;  // ncclScalarHostImmediate: the value, read at creation
     void* device_scalar = nullptr;  // ncclScalarDevice: the caller's pointer
     ncclDataType_t dtype = ncclFloat32;
     ncclScalarResidence_t residence = ncclScalarHostImmediate;
-    ncclRedOp_t real_op = ncclSum;
-    bool created = false;
   };
   std::map<int, PreMul> premul;
-  int next_redop = ncclNumOps;
   std::set<std::string> logged;  // (op, path) pairs already said at INFO
   // Send/recv with this rank itself (NCCL allows it; peerlink's p2p does not): matched FIFO here.
   struct SelfMsg {
@@ -92,10 +93,21 @@ struct ncclComm {
   std::deque<SelfMsg> self_sends, self_recvs;
   // Staging for a send whose source overlaps a receive destination of the same group (in-place
   // sendrecv, as nccl-tests runs it): the source is copied here first, in stream order, so the
-  // receive cannot overwrite bytes the send has not read yet. Grown on demand (the first eager
-  // call at the largest size sizes it, before any capture), freed with the communicator.
+  // receive cannot overwrite bytes the send has not read yet. Grown on demand, also inside a graph
+  // capture (device::alloc_capture_safe); a captured graph may replay with an older, smaller
+  // buffer at any time, so every buffer ever used is kept (old_stages) until the communicator is
+  // destroyed. Growth doubles, so all of them together stay below twice the largest.
   void* stage = nullptr;
   size_t stage_bytes = 0;
+  std::vector<void*> old_stages;
+  // Stream-ordered send/recv state, set once at creation (warm_p2p, group.cpp): p2p_warm = every
+  // peer was bound by an eager zero-byte exchange, so no later call maps anything or waits on the
+  // host (a first send/recv may be captured, and batches of several communicators may run one
+  // after the other on one thread); p2p_forward = some pair has no stream-ordered path (relay, no
+  // peer access): every send/recv of this communicator goes to the real NCCL.
+  bool p2p_warm = false;
+  bool p2p_forward = false;
+  int shrink_count = 0;  // children created by ncclCommShrink (distinct peerlink ids)
   ~ncclComm();
 };
 
@@ -109,6 +121,9 @@ enum class OpKind { Init, Collective, P2p };
 struct Op {
   ncclComm* comm = nullptr;
   OpKind kind = OpKind::Collective;
+  // A call of peerlink's own (not forwarded to the real NCCL, not an init or split): once the
+  // communicator's collectives are set up it only enqueues work on the GPU (group.cpp serial_ok).
+  bool on_peerlink = false;
   std::function<ncclResult_t()> run;
   // Plain ncclSend / ncclRecv: the ranges, for the overlap check of the batch (group.cpp); a send
   // reads its source through `src` (replaced by the staged copy when it overlaps a receive).
@@ -132,6 +147,10 @@ ncclComm_t real_comm(ncclComm* comm, const char* what);
 
 // Wraps a communicator the real NCCL made (split/shrink of a real-routed one).
 ncclComm* wrap_real(ncclComm* parent, ncclComm_t r);
+
+// Binds every peer of a fresh peerlink communicator for stream-ordered send/recv (one eager
+// zero-byte exchange with each, all ranks at creation) and sets p2p_warm / p2p_forward.
+void warm_p2p(ncclComm* comm);
 
 // Guard that the caller's handle is one of ours and initialised.
 ncclResult_t check_comm(const ncclComm* comm, const char* what);

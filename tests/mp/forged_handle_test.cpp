@@ -115,6 +115,7 @@ TEST(MpForgedHandle, VictimRejectsForeignOrForgedHandlesAndWritesNothing) {
     Options o;
     o.timeout = milliseconds(10000);
     o.path = Path::Direct;
+    o.host_fd = false;  // the forgeries are SHM segment names (descriptor handles: FdPassing* tests)
     Communicator comm(uid, rank, 3, kHostDevice, o);
     char* buf = static_cast<char*>(comm.alloc(kBytes));
     pltest::fill_pattern(buf, kBytes, 100 + rank);

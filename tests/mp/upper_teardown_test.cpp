@@ -44,6 +44,7 @@ TEST(MpUpperTeardown, UpperStateFreesItsMemoryAtClose) {
   std::string fails = run_ranks(2, [&](int rank) {
     Options o;
     o.timeout = milliseconds(10000);
+    o.host_fd = false;  // named segments: the check below looks for the freed segment's file
     bool freed = false;
     std::string my_segment;
     {

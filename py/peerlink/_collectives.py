@@ -1,0 +1,129 @@
+"""Communicator's collectives (allreduce and torch.distributed's others), a mixin of
+peerlink.Communicator (_comm.py), which provides _c, world_size, _view and _stream_of."""
+from __future__ import annotations
+
+from . import _peerlink as _C
+from ._tensors import HOST, BufferView, stream_handle
+
+
+class CollectivesMixin:
+    # ---- collectives ----------------------------------------------------------------------------
+    def allreduce(self, tensor, op: str = "sum", stream=None) -> None:
+        """In place: tensor = op over all ranks. On GPUs it is enqueued on the current torch /
+        CuPy stream (or `stream`) and returns without waiting; on the host backend it is
+        synchronous. Raises UnsupportedError when the library has no collectives."""
+        if not _C.has_collectives:
+            raise _C.UnsupportedError("allreduce: this peerlink library was built without collectives")
+        view = self._view(tensor, "allreduce", stream, sync=False)
+        if view.dtype is None:
+            raise _C.InvalidArgument("allreduce: cannot tell the element type of the tensor "
+                                     f"({view.kind}); pass a typed array")
+        if view.readonly:
+            raise _C.InvalidArgument("allreduce: the array is read-only")
+        handle = 0  # the legacy default stream; ignored on the host backend
+        if view.device != HOST:
+            if stream is None and view.kind == "torch":
+                import torch
+
+                stream = torch.cuda.current_stream(view.owner.device)
+            elif stream is None and view.kind == "cai":
+                stream = view.owner.__cuda_array_interface__.get("stream")
+            handle = stream_handle(stream)
+            if handle == 1:  # __cuda_array_interface__ spells the legacy default stream 1
+                handle = 0
+        count = view.nbytes // view.itemsize
+        _C.allreduce(self._c, view.address, count, view.dtype, str(op).lower(), handle)
+
+    all_reduce = allreduce  # torch.distributed's name
+
+    # torch.distributed's collectives. Every rank calls with tensors of the same dtype and sizes
+    # (all_to_all_single: matching splits). On GPUs they are enqueued on the tensors' stream (torch:
+    # the current stream of the device; CuPy: the stream its __cuda_array_interface__ names; or
+    # `stream`) and return at once; on the host backend (numpy) they are synchronous.
+    def all_gather_into_tensor(self, output, input, stream=None) -> None:
+        """output = the inputs of ranks 0..n-1 concatenated (output holds world_size x input).
+        In place when input is output's slice of this rank."""
+        out = self._coll_view(output, "all_gather_into_tensor", stream, writable=True)
+        inp = self._coll_view(input, "all_gather_into_tensor", stream)
+        self._same_dtype(out, inp, "all_gather_into_tensor")
+        if out.nbytes != inp.nbytes * self.world_size:
+            raise _C.InvalidArgument(f"all_gather_into_tensor: output holds {out.nbytes} bytes, want world_size "
+                                     f"({self.world_size}) x input's {inp.nbytes}")
+        _C.collective(self._c, "all_gather", inp.address, out.address, inp.nbytes // inp.itemsize, inp.dtype,
+                      "sum", 0, self._stream_of(out, stream))
+
+    def reduce_scatter_tensor(self, output, input, op: str = "sum", stream=None) -> None:
+        """output = op over ranks of this rank's slice of input (input holds world_size x output)."""
+        out = self._coll_view(output, "reduce_scatter_tensor", stream, writable=True)
+        inp = self._coll_view(input, "reduce_scatter_tensor", stream)
+        self._same_dtype(out, inp, "reduce_scatter_tensor")
+        if inp.nbytes != out.nbytes * self.world_size:
+            raise _C.InvalidArgument(f"reduce_scatter_tensor: input holds {inp.nbytes} bytes, want world_size "
+                                     f"({self.world_size}) x output's {out.nbytes}")
+        _C.collective(self._c, "reduce_scatter", inp.address, out.address, out.nbytes // out.itemsize, out.dtype,
+                      str(op).lower(), 0, self._stream_of(out, stream))
+
+    def broadcast(self, tensor, src: int, stream=None) -> None:
+        """In place: tensor = rank src's tensor on every rank."""
+        v = self._coll_view(tensor, "broadcast", stream, writable=True)
+        _C.collective(self._c, "broadcast", v.address, v.address, v.nbytes // v.itemsize, v.dtype, "sum",
+                      int(src), self._stream_of(v, stream))
+
+    def reduce(self, tensor, dst: int, op: str = "sum", stream=None) -> None:
+        """In place: rank dst's tensor = op over all ranks' tensors; the others' are left unchanged."""
+        v = self._coll_view(tensor, "reduce", stream, writable=True)
+        _C.collective(self._c, "reduce", v.address, v.address, v.nbytes // v.itemsize, v.dtype, str(op).lower(),
+                      int(dst), self._stream_of(v, stream))
+
+    def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None,
+                          stream=None) -> None:
+        """Rank r's input rows for rank q land in rank q's output rows for r, in rank order.
+        Split sizes count rows of dimension 0 (torch semantics); None = equal splits."""
+        what = "all_to_all_single"
+        out = self._coll_view(output, what, stream, writable=True)
+        inp = self._coll_view(input, what, stream)
+        self._same_dtype(out, inp, what)
+        n = self.world_size
+        if output_split_sizes is None and input_split_sizes is None:
+            if inp.nbytes != out.nbytes or (inp.nbytes // inp.itemsize) % n:
+                raise _C.InvalidArgument(f"{what}: input ({inp.nbytes} bytes) and output ({out.nbytes} bytes) must "
+                                         f"match and split evenly over {n} ranks")
+            _C.collective(self._c, "all_to_all", inp.address, out.address, inp.nbytes // inp.itemsize // n,
+                          inp.dtype, "sum", 0, self._stream_of(out, stream))
+            return
+
+        def splits(view, obj, sizes, name):
+            elems = view.nbytes // view.itemsize
+            shape = tuple(getattr(obj, "shape", (elems,))) or (1,)
+            row = elems // shape[0] if shape[0] else 0
+            if sizes is None:
+                if shape[0] % n:
+                    raise _C.InvalidArgument(f"{what}: {name} has {shape[0]} rows, not divisible by {n} ranks")
+                sizes = [shape[0] // n] * n
+            sizes = [int(x) for x in sizes]
+            if len(sizes) != n or min(sizes) < 0 or sum(sizes) > shape[0]:
+                raise _C.InvalidArgument(f"{what}: {name}_split_sizes {sizes} must be {n} non-negative row counts "
+                                         f"summing to at most {shape[0]}")
+            counts = [s * row for s in sizes]
+            displs = [sum(counts[:i]) for i in range(n)]
+            return counts, displs
+
+        sc, sd = splits(inp, input, input_split_sizes, "input")
+        rc, rd = splits(out, output, output_split_sizes, "output")
+        _C.all_to_all_v(self._c, inp.address, sc, sd, out.address, rc, rd, inp.dtype, self._stream_of(out, stream))
+
+    def _coll_view(self, tensor, what: str, stream, writable: bool = False) -> BufferView:
+        if not _C.has_collectives:
+            raise _C.UnsupportedError(f"{what}: this peerlink library was built without collectives")
+        view = self._view(tensor, what, stream, sync=False)
+        if view.dtype is None:
+            raise _C.InvalidArgument(f"{what}: cannot tell the element type of the tensor ({view.kind}); "
+                                     "pass a typed array")
+        if writable and view.readonly:
+            raise _C.InvalidArgument(f"{what}: the output array is read-only")
+        return view
+
+    @staticmethod
+    def _same_dtype(a: BufferView, b: BufferView, what: str) -> None:
+        if a.dtype != b.dtype:
+            raise _C.InvalidArgument(f"{what}: output is {a.dtype} but input is {b.dtype}")

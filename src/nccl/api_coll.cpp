@@ -1,0 +1,115 @@
+// AllGather, AlltoAll, Gather, Scatter (routing as described in api_ops.cpp).
+#include "ops_common.h"
+
+using namespace peerlink;
+using namespace peerlink::nccl;
+
+PL_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                          ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  const char* what = "ncclAllGather";
+  if (ncclResult_t r = check_args(comm, what, datatype, -1, INT_MIN, sendcount, {sendbuff, recvbuff})) return r;
+  if (comm->route == Route::Peerlink) {
+#if PL_NCCL_USE_PL_ALL_GATHER
+    DataType dt;
+    if (comm->nranks <= 8 && pl_dtype(datatype, ncclSum, &dt)) {
+      say(comm, what, "peerlink all_gather");
+      return on_peerlink(comm, what, OpKind::Collective,
+                         [=] { all_gather(*comm->pl, sendbuff, recvbuff, sendcount, dt, stream); });
+    }
+#endif
+  }
+  if (comm->route == Route::Peerlink && !comm->p2p_forward) {  // the p2p plan
+    say(comm, what, "peerlink send/recv");
+    size_t b = sendcount * type_size(datatype);
+    return on_peerlink(comm, what, OpKind::P2p, [=] {
+      char* out = static_cast<char*>(recvbuff);
+      for (int q = 0; q < comm->nranks; ++q) {
+        if (q == comm->rank) continue;
+        p2p_send(comm, q, sendbuff, b, stream);
+        p2p_recv(comm, q, out + q * b, b, stream);
+      }
+      local_copy(comm, out + comm->rank * b, sendbuff, b, stream);
+    });
+  }
+  return forward(comm, what, ncclSum, [=](const RealNccl* r, ncclComm_t rc, ncclRedOp_t) {
+    return r->ncclAllGather(sendbuff, recvbuff, sendcount, datatype, rc, stream);
+  });
+}
+
+PL_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                         ncclComm_t comm, cudaStream_t stream) {
+  const char* what = "ncclAlltoAll";
+  if (ncclResult_t r = check_args(comm, what, datatype, -1, INT_MIN, count, {sendbuff, recvbuff})) return r;
+  size_t b = count * type_size(datatype);
+  // In place, a peer's block would land where this rank still reads its own outgoing block.
+  bool in_place = overlap(sendbuff, recvbuff, b * comm->nranks);
+  if (comm->route == Route::Peerlink && !in_place) {
+#if PL_NCCL_USE_PL_ALL_TO_ALL
+    DataType dt;
+    if (comm->nranks <= 8 && pl_dtype(datatype, ncclSum, &dt)) {
+      say(comm, what, "peerlink all_to_all");
+      return on_peerlink(comm, what, OpKind::Collective,
+                         [=] { all_to_all(*comm->pl, sendbuff, recvbuff, count, dt, stream); });
+    }
+#endif
+  }
+  if (comm->route == Route::Peerlink && !comm->p2p_forward && !in_place) {  // the p2p plan
+    say(comm, what, "peerlink send/recv");
+    return on_peerlink(comm, what, OpKind::P2p, [=] {
+      const char* in = static_cast<const char*>(sendbuff);
+      char* out = static_cast<char*>(recvbuff);
+      for (int q = 0; q < comm->nranks; ++q) {
+        if (q == comm->rank) continue;
+        p2p_send(comm, q, in + q * b, b, stream);
+        p2p_recv(comm, q, out + q * b, b, stream);
+      }
+      local_copy(comm, out + comm->rank * b, in + comm->rank * b, b, stream);
+    });
+  }
+  return forward(comm, what, ncclSum, [=](const RealNccl* r, ncclComm_t rc, ncclRedOp_t) {
+    return r->ncclAlltoAll(sendbuff, recvbuff, count, datatype, rc, stream);
+  });
+}
+
+PL_NCCL_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                       int root, ncclComm_t comm, cudaStream_t stream) {
+  const char* what = "ncclGather";
+  if (ncclResult_t r = check_args(comm, what, datatype, -1, root, count, {sendbuff})) return r;
+  if (comm->rank == root && count > 0 && !recvbuff) return bad(what, "root's recvbuff is NULL");
+  if (comm->route == Route::Peerlink && !comm->p2p_forward) {
+    say(comm, what, "peerlink send/recv");
+    size_t b = count * type_size(datatype);
+    return on_peerlink(comm, what, OpKind::P2p, [=] {
+      if (comm->rank != root) return p2p_send(comm, root, sendbuff, b, stream);
+      char* out = static_cast<char*>(recvbuff);
+      for (int q = 0; q < comm->nranks; ++q)
+        if (q != root) p2p_recv(comm, q, out + q * b, b, stream);
+      local_copy(comm, out + root * b, sendbuff, b, stream);
+    });
+  }
+  return forward(comm, what, ncclSum, [=](const RealNccl* r, ncclComm_t rc, ncclRedOp_t) {
+    return r->ncclGather(sendbuff, recvbuff, count, datatype, root, rc, stream);
+  });
+}
+
+PL_NCCL_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                        int root, ncclComm_t comm, cudaStream_t stream) {
+  const char* what = "ncclScatter";
+  if (ncclResult_t r = check_args(comm, what, datatype, -1, root, count, {recvbuff})) return r;
+  if (comm->rank == root && count > 0 && !sendbuff) return bad(what, "root's sendbuff is NULL");
+  if (comm->route == Route::Peerlink && !comm->p2p_forward) {
+    say(comm, what, "peerlink send/recv");
+    size_t b = count * type_size(datatype);
+    return on_peerlink(comm, what, OpKind::P2p, [=] {
+      if (comm->rank != root) return p2p_recv(comm, root, recvbuff, b, stream);
+      const char* in = static_cast<const char*>(sendbuff);
+      for (int q = 0; q < comm->nranks; ++q)
+        if (q != root) p2p_send(comm, q, in + q * b, b, stream);
+      local_copy(comm, recvbuff, in + root * b, b, stream);
+    });
+  }
+  return forward(comm, what, ncclSum, [=](const RealNccl* r, ncclComm_t rc, ncclRedOp_t) {
+    return r->ncclScatter(sendbuff, recvbuff, count, datatype, root, rc, stream);
+  });
+}
+

@@ -1,0 +1,66 @@
+// Shared by the stream-ordered send/recv GPU tests (stream_p2p_gpu_test.cpp: correctness,
+// stream_p2p_gpu_fail_test.cpp: failures): 2 ranks, device = rank, only when PEERLINK_TEST_GPUS >= 2.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <vector>
+
+#include "gpu/runtime.h"
+#include "peerlink/peerlink.h"
+#include "support/mp.h"
+
+namespace pltest::stream_gpu {
+
+inline bool have_gpus() {
+  const char* v = std::getenv("PEERLINK_TEST_GPUS");
+  return v && std::atoi(v) >= 2;
+}
+#define REQUIRE_GPUS() \
+  if (!::pltest::stream_gpu::have_gpus()) GTEST_SKIP() << "set PEERLINK_TEST_GPUS=2 on a machine with 2 GPUs"
+
+inline peerlink::Options opts(int timeout_ms = 30000) {
+  peerlink::Options o = peerlink::Options::from_env();
+  o.timeout = std::chrono::milliseconds(timeout_ms);
+  return o;
+}
+
+// Device buffer of n bytes (zeroed), filled and checked through a host copy.
+struct Dev {
+  char* p = nullptr;
+  size_t n = 0;
+  explicit Dev(size_t bytes)
+      : p(static_cast<char*>(peerlink::gpu::device_malloc(bytes ? bytes : 1))), n(bytes) {
+    peerlink::gpu::memset_sync(p, 0, bytes ? bytes : 1);
+  }
+  ~Dev() { peerlink::gpu::device_free(p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  void fill(uint64_t tag) {
+    std::vector<char> h(n);
+    fill_pattern(h.data(), n, tag);
+    peerlink::gpu::memcpy_sync(p, h.data(), n);
+  }
+  size_t check(size_t off, size_t len, uint64_t tag) const {
+    std::vector<char> h(len);
+    peerlink::gpu::memcpy_sync(h.data(), p + off, len);
+    return check_pattern(h.data(), len, tag);
+  }
+  bool zero() const {
+    std::vector<char> h(n);
+    peerlink::gpu::memcpy_sync(h.data(), p, n);
+    for (char c : h)
+      if (c) return false;
+    return true;
+  }
+};
+
+// Checks the errors the kernels recorded (an empty group runs the check).
+inline void poll(peerlink::Communicator& c) {
+  c.group_start();
+  c.group_end();
+}
+
+}  // namespace pltest::stream_gpu
