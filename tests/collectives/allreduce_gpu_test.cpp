@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/gpu_gate.h"
 #include "allreduce_harness.h"
 #include "gpu/runtime.h"
 #include "peerlink/peerlink.h"
@@ -21,12 +22,6 @@ using peerlink::Communicator;
 using peerlink::Options;
 namespace gpu = peerlink::gpu;
 
-bool have_gpus() {
-  const char* v = std::getenv("PEERLINK_TEST_GPUS");
-  return v && std::atoi(v) >= 2;
-}
-#define REQUIRE_GPUS() \
-  if (!have_gpus()) GTEST_SKIP() << "set PEERLINK_TEST_GPUS=2 on a machine with 2 GPUs"
 
 Options opts(const char* algo, int timeout_ms = 30000) {
   Options o = Options::from_env();

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <vector>
 
+#include "collectives/gpu_gate.h"
 #include "coll_harness.h"
 #include "gpu/runtime.h"
 #include "support/mp.h"
@@ -25,20 +26,7 @@ using peerlink::Communicator;
 using peerlink::Options;
 namespace gpu = peerlink::gpu;
 
-bool have_gpus() {
-  const char* v = std::getenv("PEERLINK_TEST_GPUS");
-  return v && std::atoi(v) >= 2;
-}
-#define REQUIRE_GPUS() \
-  if (!have_gpus()) GTEST_SKIP() << "set PEERLINK_TEST_GPUS=2 on a machine with 2 GPUs"
 
-std::vector<int> devices() {
-  const char* v = std::getenv("PEERLINK_TEST_DEVICES");
-  std::vector<int> d;
-  std::stringstream ss(v && *v ? v : "0,1");
-  for (std::string item; std::getline(ss, item, ',');) d.push_back(std::atoi(item.c_str()));
-  return d;
-}
 
 Mem device_mem(Communicator& comm, gpu::Stream s) {
   Mem m;
@@ -95,7 +83,7 @@ const std::vector<Kind> kAll = {Kind::AllGather, Kind::ReduceScatter, Kind::Broa
 
 TEST(CollCeGpu, KnobsAroundThresholds) {
   REQUIRE_GPUS();
-  const std::vector<int> devs = devices();
+  const std::vector<int> devs = gpu_test_devices();
   const int world = int(devs.size());
   const DataType types[] = {DataType::BF16, DataType::I32, DataType::F64};
   int cases = 0;
@@ -135,7 +123,7 @@ TEST(CollCeGpu, KnobsAroundThresholds) {
 // to rank 0) through copies and reduction kernels, copy-engine all_to_all; 64 KB chunks so the larger size takes 16 steps. Replayed with new inputs each time.
 TEST(CollCeGpu, GraphCaptureAndReplays) {
   REQUIRE_GPUS();
-  const std::vector<int> devs = devices();
+  const std::vector<int> devs = gpu_test_devices();
   const int world = int(devs.size());
   std::string uid = unique_test_id("gcoce-graph");
   std::string fail = run_ranks(world, [&](int rank) {

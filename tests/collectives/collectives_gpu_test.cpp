@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "collectives/gpu_gate.h"
 #include "coll_harness.h"
 #include "gpu/runtime.h"
 #include "support/mp.h"
@@ -21,20 +22,7 @@ using peerlink::Communicator;
 using peerlink::Options;
 namespace gpu = peerlink::gpu;
 
-bool have_gpus() {
-  const char* v = std::getenv("PEERLINK_TEST_GPUS");
-  return v && std::atoi(v) >= 2;
-}
-#define REQUIRE_GPUS() \
-  if (!have_gpus()) GTEST_SKIP() << "set PEERLINK_TEST_GPUS=2 on a machine with 2 GPUs"
 
-std::vector<int> devices() {
-  const char* v = std::getenv("PEERLINK_TEST_DEVICES");
-  std::vector<int> d;
-  std::stringstream ss(v && *v ? v : "0,1");
-  for (std::string item; std::getline(ss, item, ',');) d.push_back(std::atoi(item.c_str()));
-  return d;
-}
 
 Options opts(const char* algo, size_t scratch = 0) {
   Options o = Options::from_env();
@@ -65,7 +53,7 @@ const std::vector<Kind> kAll = {Kind::AllGather, Kind::ReduceScatter, Kind::Broa
 // Every kind x dtype (reducing kinds: sum and max; bf16 and f32 with every op) x size, per algorithm.
 TEST(CollectivesGpu, Correctness) {
   REQUIRE_GPUS();
-  const std::vector<int> devs = devices();
+  const std::vector<int> devs = gpu_test_devices();
   const int world = int(devs.size());
   const DataType types[] = {DataType::BF16, DataType::F32, DataType::F16, DataType::F64, DataType::I32, DataType::I64};
   // ll: pieces within the LL area (512 KB: 65531 x 8 B fits, 65537 x 8 B did not); push with 64 KB scratch positions (many steps per
@@ -123,7 +111,7 @@ TEST(CollectivesGpu, Correctness) {
 // One graph holding every kind (LL and push sizes), replayed with new inputs before every replay.
 TEST(CollectivesGpu, GraphCaptureAndReplays) {
   REQUIRE_GPUS();
-  const std::vector<int> devs = devices();
+  const std::vector<int> devs = gpu_test_devices();
   const int world = int(devs.size());
   std::string uid = unique_test_id("gco-graph");
   std::string fail = run_ranks(world, [&](int rank) {

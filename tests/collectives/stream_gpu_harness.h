@@ -8,18 +8,13 @@
 #include <cstdlib>
 #include <vector>
 
+#include "collectives/gpu_gate.h"
 #include "gpu/runtime.h"
 #include "peerlink/peerlink.h"
 #include "support/mp.h"
 
 namespace pltest::stream_gpu {
 
-inline bool have_gpus() {
-  const char* v = std::getenv("PEERLINK_TEST_GPUS");
-  return v && std::atoi(v) >= 2;
-}
-#define REQUIRE_GPUS() \
-  if (!::pltest::stream_gpu::have_gpus()) GTEST_SKIP() << "set PEERLINK_TEST_GPUS=2 on a machine with 2 GPUs"
 
 inline peerlink::Options opts(int timeout_ms = 30000) {
   peerlink::Options o = peerlink::Options::from_env();

@@ -10,6 +10,7 @@
 #include "gpu/owners.h"
 #include "gpu/runtime.h"
 #include "peerlink/peerlink.h"
+#include "support/device_pattern.h"
 #include "support/mp.h"
 #include "support/test_devices.h"
 
@@ -33,19 +34,6 @@ Options opts(Path path) {
   return o;
 }
 
-// Staging through the communicator's device (guarded: the calling thread's device is left alone).
-void put(int dev, void* dst, size_t n, uint64_t tag) {
-  std::vector<char> h(n);
-  pltest::fill_pattern(h.data(), n, tag);
-  gpu::DeviceGuard g(dev);
-  gpu::memcpy_sync(dst, h.data(), n);
-}
-size_t check(int dev, const void* src, size_t n, uint64_t tag) {
-  std::vector<char> h(n);
-  gpu::DeviceGuard g(dev);
-  gpu::memcpy_sync(h.data(), src, n);
-  return pltest::check_pattern(h.data(), n, tag);
-}
 
 // One exchange through every kind of call, checking after each that `expect_current()` holds.
 template <typename Check>
@@ -68,14 +56,14 @@ void exchange(const std::string& uid, int rank, Path path, Check&& same) {
       const size_t len = k == 0 ? 8 : k == 1 ? 100000 : kLen;  // kernel copy, copy engine, striped / relayed
       Request r = comm.irecv(peer, 7, 0, len);
       same("irecv");
-      put(dev, src, len, uint64_t(rank) << 8 | k);
+      pltest::put_on_device(dev, src, len, uint64_t(rank) << 8 | k);
       Request s = comm.isend(peer, src, len, 7, 0, k == 1 ? 0 : 1);
       same("isend");
       s.wait();
       same("send wait");
       r.wait();
       same("recv wait");
-      size_t bad = check(dev, buf, len, uint64_t(peer) << 8 | k);
+      size_t bad = pltest::check_on_device(dev, buf, len, uint64_t(peer) << 8 | k);
       MP_CHECK_MSG(bad == SIZE_MAX, "message " << k << " (" << len << " bytes) wrong at byte " << bad);
       comm.barrier();
       same("barrier");

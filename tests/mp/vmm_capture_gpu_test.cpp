@@ -15,6 +15,7 @@
 #include "gpu/runtime.h"
 #include "gpu/vmm.h"
 #include "peerlink/peerlink.h"
+#include "support/device_pattern.h"
 #include "support/mp.h"
 #include "support/test_devices.h"
 
@@ -24,18 +25,6 @@ using pltest::run_ranks;
 
 namespace {
 
-void put(int dev, void* dst, size_t n, uint64_t tag) {
-  std::vector<char> h(n);
-  pltest::fill_pattern(h.data(), n, tag);
-  gpu::DeviceGuard g(dev);
-  gpu::memcpy_sync(dst, h.data(), n);
-}
-size_t check(int dev, const void* src, size_t n, uint64_t tag) {
-  std::vector<char> h(n);
-  gpu::DeviceGuard g(dev);
-  gpu::memcpy_sync(h.data(), src, n);
-  return pltest::check_pattern(h.data(), n, tag);
-}
 
 // Captures a device-to-device copy on a new stream around `during` (which runs while the stream is
 // being captured), ends the capture (throws if it was invalidated), replays it and checks the copy.
@@ -43,8 +32,8 @@ void captured(Communicator& comm, int dev, const std::function<void()>& during) 
   const size_t n = 4096;
   char* a = static_cast<char*>(comm.alloc(n));
   char* b = static_cast<char*>(comm.alloc(n));
-  put(dev, a, n, 77);
-  put(dev, b, n, 78);
+  pltest::put_on_device(dev, a, n, 77);
+  pltest::put_on_device(dev, b, n, 78);
   gpu::StreamOwner s = gpu::StreamOwner::create(dev);
   gpu::GraphExec g = nullptr;
   {
@@ -66,7 +55,7 @@ void captured(Communicator& comm, int dev, const std::function<void()>& during) 
     gpu::stream_sync(s.get());
     gpu::graph_destroy(g);
   }
-  MP_CHECK_MSG(check(dev, b, n, 77) == SIZE_MAX, "the captured copy did not run on replay");
+  MP_CHECK_MSG(pltest::check_on_device(dev, b, n, 77) == SIZE_MAX, "the captured copy did not run on replay");
   comm.free(a);
   comm.free(b);
 }
@@ -96,11 +85,11 @@ TEST_P(VmmCapture, PublishAndWaitWhileTheCallersStreamIsCaptured) {
     }
     const size_t len = bytes - 200;
     if (rank == 1) {
-      put(dev, mem, bytes, 5);  // anything but the payload
+      pltest::put_on_device(dev, mem, bytes, 5);  // anything but the payload
       captured(comm, dev, [&] { comm.notify_ipc_buffer(0, 1, mem + 100, len, 1); });  // first export
       comm.barrier();  // the sender sends
       comm.barrier();
-      MP_CHECK_MSG(check(dev, mem + 100, len, 9) == SIZE_MAX, "payload sent into the buffer published in capture");
+      MP_CHECK_MSG(pltest::check_on_device(dev, mem + 100, len, 9) == SIZE_MAX, "payload sent into the buffer published in capture");
       CommStats st = comm.stats();
       MP_CHECK_MSG(st.exports_fd == (vmm ? 1u : 0u), "exports by descriptor " << st.exports_fd);
     } else {
@@ -108,7 +97,7 @@ TEST_P(VmmCapture, PublishAndWaitWhileTheCallersStreamIsCaptured) {
       CommStats st = comm.stats();
       MP_CHECK_MSG(st.opens == 1, "the wait in capture did not map the buffer (opens " << st.opens << ")");
       comm.barrier();
-      put(dev, mem, len, 9);
+      pltest::put_on_device(dev, mem, len, 9);
       comm.send_direct(1, mem, len, 1, 1);
       comm.barrier();
     }

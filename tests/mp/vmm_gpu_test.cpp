@@ -10,6 +10,7 @@
 #include "gpu/runtime.h"
 #include "gpu/vmm.h"
 #include "peerlink/peerlink.h"
+#include "support/device_pattern.h"
 #include "support/mp.h"
 #include "support/test_devices.h"
 
@@ -25,18 +26,6 @@ using pltest::test_devices;
   if (device_of(0) < 0 || device_of(1) < 0)                                            \
   GTEST_SKIP() << "set PEERLINK_TEST_DEVICES to GPU ordinals, e.g. 0,1 (host backend now)"
 
-void put(int dev, void* dst, size_t n, uint64_t tag) {
-  std::vector<char> h(n);
-  pltest::fill_pattern(h.data(), n, tag);
-  gpu::DeviceGuard g(dev);
-  gpu::memcpy_sync(dst, h.data(), n);
-}
-size_t check(int dev, const void* src, size_t n, uint64_t tag) {
-  std::vector<char> h(n);
-  gpu::DeviceGuard g(dev);
-  gpu::memcpy_sync(h.data(), src, n);
-  return pltest::check_pattern(h.data(), n, tag);
-}
 
 // A VMM allocation owned by the test (3 chunks of the device's granularity, back to back).
 struct Vmm {
@@ -82,7 +71,7 @@ TEST_P(VmmContract, SendDirectIntoAndOutOfVmmAndRepublishAfterRealloc) {
         comm.notify_ipc_buffer(0, 1, m.p + 100, len, v);
         comm.barrier();  // sender sends
         comm.barrier();
-        MP_CHECK_MSG(check(dev, m.p + 100, len, v) == SIZE_MAX, "version " << v);
+        MP_CHECK_MSG(pltest::check_on_device(dev, m.p + 100, len, v) == SIZE_MAX, "version " << v);
         comm.barrier();  // before the allocation goes
       }
       CommStats st = comm.stats();
@@ -92,7 +81,7 @@ TEST_P(VmmContract, SendDirectIntoAndOutOfVmmAndRepublishAfterRealloc) {
       for (uint64_t v = 1; v <= 2; ++v) {
         comm.barrier();
         size_t len = 2 * src.chunk + 4096;
-        put(dev, src.p + 7, len, v);
+        pltest::put_on_device(dev, src.p + 7, len, v);
         comm.send_direct(1, src.p + 7, len, 1, v);
         comm.barrier();
         comm.barrier();
