@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/gpu_gate.h"
 #include "gpu/runtime.h"
 #include "peerlink/peerlink.h"
 #include "support/mp.h"
@@ -23,13 +24,6 @@ using namespace pltest;
 using namespace peerlink;
 namespace gpu = peerlink::gpu;
 using std::chrono::milliseconds;
-
-bool have_gpus() {
-  const char* v = std::getenv("PEERLINK_TEST_GPUS");
-  return v && std::atoi(v) >= 2;
-}
-#define REQUIRE_GPUS() \
-  if (!have_gpus()) GTEST_SKIP() << "set PEERLINK_TEST_GPUS=2 on a machine with 2 GPUs"
 
 struct Knobs {
   size_t ll_max = size_t(8) << 10;
