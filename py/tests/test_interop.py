@@ -75,7 +75,9 @@ def _empty_lifetime(comm, ctx):
     import struct
 
     def segments():
-        """This process's segments: the header names the owner pid (common/shm_segment.h)."""
+        """This process's host allocations: named SHM segments whose header names this pid
+        (common/shm_segment.h), and the memfd chunk mappings of the descriptor-passed host memory
+        (Options.host_fd, the default: gpu/host_fd_memory.cpp names them "peerlink-host")."""
         mine = set()
         for path in glob.glob("/dev/shm/pl_*"):
             try:
@@ -85,6 +87,10 @@ def _empty_lifetime(comm, ctx):
                 continue
             if magic == 0x31534B4E494C5250 and pid == os.getpid():
                 mine.add(path)
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                if "/memfd:peerlink-host" in line:
+                    mine.add(line.split()[0])  # the mapping's address range
         return mine
 
     before = segments()
@@ -108,7 +114,7 @@ def _empty_lifetime(comm, ctx):
 
 def test_empty_numpy_lifetime():
     made, freed = run_ranks(_empty_lifetime)[0]
-    # The host backend backs alloc with SHM; the array's death must return it.
+    # The host backend backs alloc with memfd chunks (or SHM); the array's death must return it.
     assert made >= 1 and freed == made
 
 

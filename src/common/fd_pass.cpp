@@ -4,6 +4,7 @@
 #include <cstring>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -107,7 +108,19 @@ FdServer::FdServer(const std::string& name, Lookup lookup, Allowed allowed)
   if (::listen(listen_.get(), 64) != 0) sys_fail("fd server", "listen");
   stop_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!stop_) sys_fail("fd server", "eventfd");
-  thread_ = std::thread([this] { run(); });
+  // The server thread takes no process-directed signals (the caller's SIGINT handler, e.g.
+  // Python's KeyboardInterrupt, belongs to the threads the caller made): the mask it inherits is
+  // all-blocked, restored here right after it started.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  try {
+    thread_ = std::thread([this] { run(); });
+  } catch (...) {
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    throw;
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 FdServer::~FdServer() {

@@ -20,6 +20,7 @@ using common::cat;
 namespace {
 
 std::mutex g_mu;
+std::mutex g_check_mu;  // held across a live copy check (cached_live_checks)
 std::map<std::string, System> g_systems;           // "machine" or "xml:<path>:<size>:<mtime>"
 std::map<std::string, std::string> g_copy_checks;  // "<bus a>|<bus b>" -> "" or the failure
 
@@ -80,6 +81,11 @@ LiveChecks cached_live_checks(const System& sys) {
   c.can_access_peer = [rt, runtime](int a, int b) { return runtime.can_access_peer(rt(a), rt(b)); };
   c.copy_check = [rt, runtime, bus](int a, int b) -> std::string {
     const std::string key = a < b ? bus[a] + "|" + bus[b] : bus[b] + "|" + bus[a];
+    // One check per pair per process: communicators created at once on several threads (NCCL's
+    // -g 2: one thread per rank of one process) wait for the first one's result instead of running
+    // their own copies on the same two devices concurrently, so the ranks of one process cannot
+    // reach different answers for one pair.
+    std::lock_guard<std::mutex> one(g_check_mu);
     {
       std::lock_guard<std::mutex> lk(g_mu);
       auto it = g_copy_checks.find(key);
