@@ -30,6 +30,8 @@ struct Config {
   bool stream = false;  // --mode stream (common/stream_engine.h)
   bool graph = false;   // -G: stream mode, timed inside a CUDA graph
   bool nccl = true;
+  // Stream-mode knobs (Options::stream_*; -1 = PEERLINK_STREAM_* or the library default).
+  long long ll_max = -1, ce_min = -1, ce_lanes = -1, acquire = -1, pdl = -1, blocks = -1;
 };
 
 const char* kUsage =
@@ -37,6 +39,8 @@ const char* kUsage =
     "  [--mode latency|bandwidth|bidir|stream] [-G 0|1] [--no-nccl] [--transport auto|direct|relay] [--completion auto|done_seq|ring]\n"
     "  [--gpus D0,D1] [--window N] [--json FILE] [--csv FILE] [--verify-full BYTES] [--timeout-ms MS]\n"
     "  [--time-limit S] [--rank R --world N --uid ID] [--demo] [--inject-error (test hook)]\n"
+    "  stream knobs: [--ll-max BYTES] [--ce-min BYTES] [--ce-lanes N] [--acquire-load 0|1] [--pdl 0|1]\n"
+    "                [--stream-blocks N]  (Options::stream_*; default: PEERLINK_STREAM_* or the library's)\n"
     "Sizes take K/M/G suffixes. Devices: default GPUs 0,1 (0,0 with one GPU), else host backend -1.\n";
 
 Config parse(int argc, char** argv) {
@@ -71,6 +75,12 @@ Config parse(int argc, char** argv) {
     else if (a.flag("--demo")) c.demo = true;
     else if (a.flag("-G", "--cudagraph")) c.graph = bench::parse_int("-G", a.value(), 0, 1 << 20) > 0;
     else if (a.flag("--no-nccl")) c.nccl = false;
+    else if (a.flag("--ll-max")) c.ll_max = static_cast<long long>(bench::parse_size(a.value()));
+    else if (a.flag("--ce-min")) c.ce_min = static_cast<long long>(bench::parse_size(a.value()));
+    else if (a.flag("--ce-lanes")) c.ce_lanes = bench::parse_int("--ce-lanes", a.value(), 1, 4);
+    else if (a.flag("--acquire-load")) c.acquire = bench::parse_int("--acquire-load", a.value(), 0, 1);
+    else if (a.flag("--pdl")) c.pdl = bench::parse_int("--pdl", a.value(), 0, 1);
+    else if (a.flag("--stream-blocks")) c.blocks = bench::parse_int("--stream-blocks", a.value(), 0, 1024);
     else if (a.flag("--inject-error")) c.engine.inject_error = true;
     else if (a.flag("-h", "--help")) {
       std::fputs(kUsage, stdout);
@@ -105,6 +115,13 @@ peerlink::Options make_options(const Config& c) {
   else if (c.completion == "ring") o.completion = peerlink::Completion::Ring;
   else o.completion = peerlink::Completion::Auto;
   if (c.timeout_ms > 0) o.timeout = std::chrono::milliseconds(c.timeout_ms);
+  if (c.ll_max >= 0) o.stream_ll_max = static_cast<size_t>(c.ll_max);
+  if (c.ce_min >= 0) o.stream_ce_min = static_cast<size_t>(c.ce_min);
+  if (c.ce_lanes >= 0) o.stream_ce_lanes = static_cast<int>(c.ce_lanes);
+  if (c.acquire >= 0) o.stream_acquire_load = c.acquire != 0;
+  if (c.pdl >= 0) o.stream_pdl = static_cast<int>(c.pdl);
+  if (c.blocks >= 0) o.stream_blocks = static_cast<int>(c.blocks);
+  o.validate();  // a flag out of range: InvalidArgument naming the field
   return o;
 }
 
@@ -118,6 +135,10 @@ int run_rank(const Config& c, const std::string& uid, int rank, int device) {
     sc.warmup = c.engine.warmup;
     sc.graph = c.graph;
     sc.nccl = c.nccl;
+    const peerlink::Options& o = comm.options();
+    sc.knobs = "ll_max=" + std::to_string(o.stream_ll_max) + " ce_min=" + std::to_string(o.stream_ce_min) +
+               " ce_lanes=" + std::to_string(o.stream_ce_lanes) + " acquire_load=" + std::to_string(int(o.stream_acquire_load)) +
+               " pdl=" + std::to_string(o.stream_pdl) + " blocks=" + std::to_string(o.stream_blocks);
     return bench::StreamBench(comm, sc).run();
   }
   std::vector<bench::SizeResult> rows;

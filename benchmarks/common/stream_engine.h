@@ -29,6 +29,7 @@ struct StreamBenchConfig {
   int iters = 20, warmup = 5;
   bool graph = false;
   bool nccl = true;
+  std::string knobs;  // printed in the header (the Options::stream_* in effect)
 };
 
 // ncclSend / ncclRecv / ncclGroupStart / ncclGroupEnd, looked up in the NCCL that nccl::Library loaded.
@@ -126,6 +127,7 @@ class StreamBench {
       std::printf("# bench_transport mode=stream device(rank0)=%d graph=%d iters=%d warmup=%d nccl=%s\n",
                   comm_.device(), int(c_.graph && gpu), c_.iters, c_.warmup,
                   nccl_comm_ ? "yes" : nccl_why.c_str());
+      if (!c_.knobs.empty()) std::printf("# knobs: %s\n", c_.knobs.c_str());
       std::printf("# sendrecv: us per iteration (both ranks send and receive, one group); pingpong: one-way = "
                   "round trip / 2\n");
       std::printf("%12s %14s %12s %10s %12s %10s %8s\n", "bytes", "impl", "sendrecv_us", "GB/s", "oneway_us",

@@ -143,6 +143,22 @@ struct Options {
   // Most blocks one stream send/recv channel uses (PEERLINK_STREAM_BLOCKS, [0, 1024]); 0 = the
   // built-in default (64). The grid is capped at the multiprocessor count whatever the setting.
   int stream_blocks = 0;
+  // GPU messages up to this many bytes travel as LL lines (flag in every 16-byte line: no fence, no
+  // ready flag), split over several blocks (one per 8 KB); 0 = never (PEERLINK_STREAM_LL_MAX,
+  // [0, 512 KB], rounded up to 8). Every rank must agree (the area layout follows it). 8 KB: the
+  // single-block LL measured on 2x H200 (larger values not yet measured: scripts/gpu_stream_sweep.sh).
+  size_t stream_ll_max = size_t(8) << 10;
+  // GPU published-form sends of at least this many bytes are copied by the copy engine (a small
+  // kernel waits for the posted recv, cudaMemcpyAsync on stream_ce_lanes lanes, a small kernel
+  // publishes ready) when the call is not part of a group with other kinds of operations; 0 = never
+  // (PEERLINK_STREAM_CE_MIN, [0, 2^40]). In that path a (buffer, offset, len) mismatch with the recv
+  // is still reported, but the bytes land at the sender's range of the published buffer.
+  size_t stream_ce_min = 0;
+  // After a spin saw a peer's flag: 1 = one ld.acquire.sys of the flag, 0 = fence.acq_rel.sys (the
+  // measured default) (PEERLINK_STREAM_ACQUIRE_LOAD=0|1; the same ordering, possibly cheaper; HIP:
+  // always the fence).
+  bool stream_acquire_load = false;
+  int stream_ce_lanes = 2;  // copy-engine lanes (forked streams) of that path (PEERLINK_STREAM_CE_LANES, [1, 4])
 
   // ---- the NCCL-compatible library (src/nccl/, libnccl.so.2); the rest of the library ignores them.
   // The real NCCL to forward to (PEERLINK_NCCL_LIBRARY: a path to libnccl.so.2); "" = the usual places.

@@ -54,6 +54,9 @@ constexpr Range kCollCeChunk{"coll_ce_chunk_bytes", "PEERLINK_COLL_CE_CHUNK_BYTE
 constexpr Range kCollCeLanes{"coll_ce_lanes", "PEERLINK_COLL_CE_LANES", 1, 4};
 constexpr Range kStreamPdl{"stream_pdl", "PEERLINK_STREAM_PDL", -1, 1};
 constexpr Range kStreamBlocks{"stream_blocks", "PEERLINK_STREAM_BLOCKS", 0, 1024};
+constexpr Range kStreamLlMax{"stream_ll_max", "PEERLINK_STREAM_LL_MAX", 0, 512LL << 10};
+constexpr Range kStreamCeMin{"stream_ce_min", "PEERLINK_STREAM_CE_MIN", 0, 1LL << 40};
+constexpr Range kStreamCeLanes{"stream_ce_lanes", "PEERLINK_STREAM_CE_LANES", 1, 4};
 
 long long parse_int(const Range& r, const char* v) {
   char* end = nullptr;
@@ -239,6 +242,11 @@ Options Options::from_env() {
   if (const char* v = env(kCollCeLanes.var)) o.coll_ce_lanes = static_cast<int>(parse_int(kCollCeLanes, v));
   if (const char* v = env(kStreamPdl.var)) o.stream_pdl = parse_bool(kStreamPdl.var, v) ? 1 : 0;
   if (const char* v = env(kStreamBlocks.var)) o.stream_blocks = static_cast<int>(parse_int(kStreamBlocks, v));
+  if (const char* v = env(kStreamLlMax.var)) o.stream_ll_max = static_cast<size_t>(parse_int(kStreamLlMax, v));
+  if (const char* v = env(kStreamCeMin.var)) o.stream_ce_min = static_cast<size_t>(parse_int(kStreamCeMin, v));
+  if (const char* v = env("PEERLINK_STREAM_ACQUIRE_LOAD"))
+    o.stream_acquire_load = parse_bool("PEERLINK_STREAM_ACQUIRE_LOAD", v);
+  if (const char* v = env(kStreamCeLanes.var)) o.stream_ce_lanes = static_cast<int>(parse_int(kStreamCeLanes, v));
   o.validate();
   return o;
 }
@@ -284,6 +292,9 @@ void Options::validate() const {
   check(kCollCeLanes, coll_ce_lanes);
   check(kStreamPdl, stream_pdl);
   check(kStreamBlocks, stream_blocks);
+  check_size(kStreamLlMax, stream_ll_max);
+  check_size(kStreamCeMin, stream_ce_min);
+  check(kStreamCeLanes, stream_ce_lanes);
 }
 
 }  // namespace peerlink

@@ -20,9 +20,8 @@ using gpu::dev::store_release_system;
 __device__ __forceinline__ uint64_t load_volatile(const uint64_t* p) { return *reinterpret_cast<const volatile uint64_t*>(p); }
 
 constexpr int kThreads = kStreamThreads;
-constexpr uint64_t kFlagsBytes = flags_bytes();     // constants, usable in device code
-constexpr uint64_t kStagingOff = staging_offset(true);
-constexpr uint64_t kRawLLOff = raw_ll_offset();
+constexpr uint64_t kRawLLOff = raw_ll_offset();  // constants, usable in device code
+constexpr uint64_t kPubLLOff = pub_ll_offset();
 
 struct Ctx {
   const StreamLaunch* L;
@@ -44,6 +43,23 @@ __device__ void abort_pair(const Ctx& x) {
   *reinterpret_cast<volatile uint64_t*>(x.abort) = 1;
   *reinterpret_cast<volatile uint64_t*>(&x.c->remote->error.v) = 1;
   __threadfence_system();
+}
+
+// After a relaxed spin saw the peer's flag *f: orders this thread's later accesses after the peer's
+// accesses before its release store (Options::stream_acquire_load: one ld.acquire.sys of the flag,
+// which reads that store or a later one of the same writer; else fence.acq_rel.sys).
+#if !defined(PEERLINK_HIP)
+__device__ __forceinline__ uint64_t load_acquire_sys(const uint64_t* f) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(f) : "memory");
+  return v;
+}
+#endif
+__device__ __forceinline__ void acquire(const Ctx& x, const uint64_t* f) {
+#if !defined(PEERLINK_HIP)
+  if (x.L->acq_load) return void(load_acquire_sys(f));
+#endif
+  fence_acq_rel_system();
 }
 
 // Thread 0: waits until *f >= target. False on timeout (recorded; the pair aborts) or abort.
@@ -123,27 +139,36 @@ __device__ void channel_exit(const Ctx& x, Last&& last) {
   }
 }
 
-// The LL flag of published-form message k: never 0 (a zeroed line never matches).
+// The LL flag of message (or NCCL-form chunk + 1) k: never 0 (a zeroed line never matches).
 __device__ __forceinline__ uint32_t ll_flag(uint64_t k) { return uint32_t(k % 0xFFFFFFFFull) + 1; }
 
-__device__ __forceinline__ char* ll_slot(PairSection* s, uint64_t k) {
-  return reinterpret_cast<char*>(s) + kFlagsBytes + (k % kLLSlots) * kLLSlotBytes;
+// Published form: ring slot of message k in section s (stride L.ll_slot).
+__device__ __forceinline__ char* ll_slot(const Ctx& x, PairSection* s, uint64_t k) {
+  return reinterpret_cast<char*>(s) + kPubLLOff + (k % kLLSlots) * x.L->ll_slot;
 }
 // NCCL form: the LL area of staging slot `slot`.
 __device__ __forceinline__ char* raw_ll(PairSection* s, uint64_t slot) {
   return reinterpret_cast<char*>(s) + kRawLLOff + slot * kLLSlotBytes;
 }
 
-// All threads of the block: header lines {h0, f, len, f} {h1, f, h2, f}, then src's bytes as LL lines
-// {lo, f, hi, f} (len <= kLLMax). Plain volatile stores into the peer's memory: no fence, no flag.
-__device__ void ll_write(char* slot, const char* src, uint64_t len, uint32_t f, uint32_t h0, uint32_t h1, uint32_t h2) {
-  if (threadIdx.x == 0) {
-    store_volatile_16(slot, h0, f, uint32_t(len), f);
-    store_volatile_16(slot + 16, h1, f, h2, f);
+// Lines [l0, l1) of a message of `len` bytes split over `parts` blocks, `part` being this one.
+__device__ __forceinline__ void ll_range(uint64_t len, int part, int parts, uint64_t& l0, uint64_t& l1) {
+  const uint64_t lines = (len + 7) / 8, per = (lines + uint64_t(parts) - 1) / uint64_t(parts);
+  l0 = per * uint64_t(part) < lines ? per * uint64_t(part) : lines;
+  l1 = l0 + per < lines ? l0 + per : lines;
+}
+
+// All threads of the block: the header lines {h[0], f, h[1], f} {h[2], f, h[3], f} when `header`, then
+// data lines [l0, l1) of src's `len` bytes as {lo, f, hi, f}. Plain volatile stores into the peer's
+// memory: no fence, no flag.
+__device__ void ll_write(char* slot, const char* src, uint64_t len, uint32_t f, const uint32_t* h, bool header,
+                         uint64_t l0, uint64_t l1) {
+  if (header && threadIdx.x == 0) {
+    store_volatile_16(slot, h[0], f, h[1], f);
+    store_volatile_16(slot + 16, h[2], f, h[3], f);
   }
-  const uint64_t lines = (len + 7) / 8;
   const bool aligned = (reinterpret_cast<uintptr_t>(src) & 7) == 0;
-  for (uint64_t i = threadIdx.x; i < lines; i += blockDim.x) {
+  for (uint64_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
     uint64_t v = 0;
     if (aligned && 8 * i + 8 <= len) {
       v = *reinterpret_cast<const uint64_t*>(src + 8 * i);
@@ -154,7 +179,7 @@ __device__ void ll_write(char* slot, const char* src, uint64_t len, uint32_t f, 
   }
 }
 
-// Thread 0: both header lines of an LL slot carry flag f. hdr = {h0, len, h1, h2}.
+// Thread 0: both header lines of an LL slot carry flag f. hdr = {h[0], h[1], h[2], h[3]}.
 __device__ __forceinline__ bool ll_header(const char* slot, uint32_t f, uint32_t* hdr) {
   uint32_t a, fa, b, fb, c2, fc, d, fd;
   load_volatile_16(slot, a, fa, b, fb);
@@ -168,17 +193,18 @@ __device__ __forceinline__ bool ll_header(const char* slot, uint32_t f, uint32_t
   return true;
 }
 
-// Published form, receiver (one block). Thread 0 posts recv k, then waits for whichever way the
-// sender's message k comes: pub_ready >= k (direct copy, ReadyDesc tells how it went) or the LL
-// header in ring slot k % kLLSlots (the sender chooses by its length, so a length mismatch across
-// the kLLMax boundary is still seen as a mismatch, never a hang). Returns 1 direct, 2 LL, 0 failed.
-// (Also the NCCL form's wait for chunk g: ready = raw_slot_ready[slot], k = g + 1.)
+// Published form, receiver (thread 0 of each of its blocks, after block 0 posted recv k): waits for
+// whichever way the sender's message k comes: pub_ready >= k (direct or copy-engine copy, ReadyDesc
+// tells how it went) or the LL header in ring slot k % kLLSlots (the sender chooses by its length,
+// so a length mismatch across the ll_max boundary is still seen as a mismatch, never a hang). slot
+// nullptr: LL is off. Returns 1 direct, 2 LL, 0 failed. (Also the NCCL form's wait for chunk g:
+// ready = raw_slot_ready[slot], k = g + 1.)
 __device__ int wait_ready_or_ll(const Ctx& x, const uint64_t* ready, uint64_t k, const char* slot, uint32_t* hdr) {
   const uint32_t f = ll_flag(k);
   uint64_t t0 = 0;
   for (uint32_t n = 0;; ++n) {
     if (load_volatile(ready) >= k) return 1;
-    if (ll_header(slot, f, hdr)) return 2;  // {buf_id, len, offset low, offset high}
+    if (slot && ll_header(slot, f, hdr)) return 2;  // published: {buf_id, len, offset low, offset high}
     if (n == 0) t0 = now_ns();
     if ((n & 127) == 127) {
       if (load_volatile(x.abort)) {
@@ -194,17 +220,18 @@ __device__ int wait_ready_or_ll(const Ctx& x, const uint64_t* ready, uint64_t k,
   }
 }
 
-// All threads: waits for lines [2, 2 + ceil(len / 8)) of an LL slot, copies their bytes to dst
-// (nullptr: a mismatch, nothing written) and zeroes every line of the message, header included.
-// False when a wait ran out (recorded; the pair aborts).
-__device__ bool ll_read(const Ctx& x, uint64_t k, char* slot, uint64_t len, char* dst) {
+// All threads: waits for data lines [l0, l1) of an LL message of `len` bytes, copies their bytes to
+// dst (nullptr: a mismatch, nothing written) and zeroes them; with `zero_header` thread 0 zeroes the
+// two header lines too. False when a wait ran out (recorded; the pair aborts). Ends with a
+// __syncthreads: every line read and zeroed before thread 0 gives the credit back.
+__device__ bool ll_read(const Ctx& x, uint64_t k, char* slot, uint64_t len, char* dst, uint64_t l0, uint64_t l1,
+                        bool zero_header) {
   __shared__ int s_fail;
   if (threadIdx.x == 0) s_fail = 0;
   __syncthreads();
   const uint32_t f = ll_flag(k);
-  const uint64_t lines = (len + 7) / 8;
   const bool aligned = (reinterpret_cast<uintptr_t>(dst) & 7) == 0;
-  for (uint64_t i = threadIdx.x; i < lines; i += blockDim.x) {
+  for (uint64_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
     char* line = slot + 32 + 16 * i;
     uint32_t lo, flo, hi, fhi;
     uint64_t t0 = 0;
@@ -236,11 +263,11 @@ __device__ bool ll_read(const Ctx& x, uint64_t k, char* slot, uint64_t len, char
     }
     store_volatile_16(line, 0, 0, 0, 0);
   }
-  if (threadIdx.x == 0) {
+  if (zero_header && threadIdx.x == 0) {
     store_volatile_16(slot, 0, 0, 0, 0);
     store_volatile_16(slot + 16, 0, 0, 0, 0);
   }
-  __syncthreads();  // every line read and zeroed before thread 0 posts the next recv (the credit)
+  __syncthreads();
   return s_fail == 0;
 }
 

@@ -28,7 +28,8 @@ void StreamEngine::check_device_error() {
     // The channel stayed in step (the sender wrote nothing, the receiver drained): report, go on.
     __atomic_store_n(error_, 0u, __ATOMIC_RELEASE);
     throw InvalidArgument(cat("recv from rank ", peer, " (stream-ordered): a message's (buffer, offset, len) or "
-                              "length differed from the matching send; nothing was written"));
+                              "length differed from the matching send; nothing was written (except by a copy-engine send, "
+                              "Options::stream_ce_min, which writes the range it named)"));
   }
   std::exception_ptr e;
   try {
@@ -75,11 +76,13 @@ void StreamEngine::reap_inflight(bool wait_all) {
 
 // Blocks per channel, by what each has to move in this launch (known here: lengths are not baked
 // into any device state, so a replayed graph moves the same sizes with the same grid):
-//   published send   one block per kPubBytesPerBlock of its largest message (each message is split
-//                    across all of them), up to the channel cap;
-//   published recv   one block (flags only);
-//   NCCL form        one block per staging chunk of its messages, up to the cap (blocks take whole
-//                    chunks round robin; more than the chunk count would idle).
+//   published send   one block per kPubBytesPerBlock of its largest message (kLLPiece for an LL
+//                    message: each block writes one pass of lines), each message split across all
+//                    of them, up to the channel cap;
+//   published recv   one block (flags only), or one per kLLPiece of an LL message when it is the
+//                    channel's only op in the launch (the blocks read and zero their own lines);
+//   NCCL form        one block per staging chunk or LL piece of its messages, up to the cap (blocks
+//                    take whole chunks round robin; more than the chunk count would idle).
 // The grid stays within one block per multiprocessor (all resident: stream_launch.h): the largest
 // channels give blocks back until it fits. Recv channels come first in the grid (they post credits
 // and flags that the peer's sends wait for).
@@ -91,13 +94,21 @@ void StreamEngine::assign_blocks(StreamLaunch& L) const {
     uint64_t w = 1;
     if (ch.kind == int(StreamOpKind::SendPub)) {
       uint64_t mx = 0;
-      for (int i = 0; i < ch.nops; ++i) mx = std::max<uint64_t>(mx, L.ops[ch.first_op + i].len);
-      w = (mx + kPubBytesPerBlock - 1) / kPubBytesPerBlock;
-    } else if (ch.kind != int(StreamOpKind::RecvPub)) {
+      for (int i = 0; i < ch.nops; ++i) {
+        const uint64_t len = L.ops[ch.first_op + i].len;
+        const uint64_t per = is_ll(len, ll_max_) ? kLLPiece : kPubBytesPerBlock;
+        mx = std::max<uint64_t>(mx, (len + per - 1) / per);
+      }
+      w = mx;
+    } else if (ch.kind == int(StreamOpKind::RecvPub)) {
+      const uint64_t len = L.ops[ch.first_op].len;
+      if (ch.nops == 1 && is_ll(len, ll_max_)) w = (len + kLLPiece - 1) / kLLPiece;
+    } else {
       w = 0;
       for (int i = 0; i < ch.nops; ++i) {
         const uint64_t len = L.ops[ch.first_op + i].len;
-        w += len ? (len + chunk_ - 1) / chunk_ : 1;
+        const uint64_t piece = is_ll(len, ll_max_) ? kLLPiece : chunk_;
+        w += len ? (len + piece - 1) / piece : 1;
       }
     }
     want[size_t(c)] = int(std::max<uint64_t>(1, std::min(w, cap)));
@@ -130,6 +141,7 @@ void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
   for (const StreamOp& op : ops)
     if (std::find(streams.begin(), streams.end(), op.stream) == streams.end()) streams.push_back(op.stream);
   std::vector<StreamLaunch> launches(streams.size());
+  std::vector<char> ce(streams.size(), 0);  // this stream's ops go the copy-engine way (stream_ce.cpp)
   std::vector<std::vector<std::shared_ptr<void>>> holds(streams.size());
   for (size_t s = 0; s < streams.size(); ++s) {
     StreamLaunch& L = launches[s];
@@ -138,10 +150,15 @@ void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
     L.chunk = chunk_;
     L.timeout_ns = uint64_t(impl_.options().timeout.count()) * 1000000ull;
     L.error = error_;  // mapped pinned memory: the same address on the device (UVA), as the collectives use it
+    L.acq_load = impl_.options().stream_acquire_load ? 1 : 0;
+    L.ll_max = ll_max_;
+    L.ll_slot = pub_ll_slot_bytes(ll_max_);
+    L.staging_off = staging_offset(true, ll_max_);
     // Channels in order of first appearance; each channel's ops contiguous, in call order.
     std::vector<const StreamOp*> mine;
     for (const StreamOp& op : ops)
       if (op.stream == streams[s]) mine.push_back(&op);
+    ce[s] = ce_eligible(mine);
     int nops = 0;
     for (size_t i = 0; i < mine.size(); ++i) {
       const StreamOp& head = *mine[i];
@@ -184,7 +201,8 @@ void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
   if (prev != impl_.device()) gpu::set_device(impl_.device());
   try {
     for (size_t s = 0; s < streams.size(); ++s) {
-      launch_stream_batch(launches[s], streams[s]);
+      if (ce[s]) launch_ce(launches[s], streams[s]);
+      else launch_stream_batch(launches[s], streams[s]);
       if (gpu::stream_is_capturing(streams[s])) {
         // A graph may replay this launch at any time: its mappings stay open with the engine
         // (once each: captures of the same buffers add nothing).

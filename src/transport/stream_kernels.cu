@@ -9,26 +9,30 @@
 // (host-mapped) records it and the pair's abort word stops every later kernel on that pair at once.
 #include "gpu/device.h"
 #include "peerlink/errors.h"
+#include "transport/stream_ce_device.h"
 #include "transport/stream_device.h"
 #include "transport/stream_launch.h"
 
 namespace peerlink::stream {
 namespace {
 
-// Published form, len <= kLLMax (stream_layout.h): block 0 of the channel writes header and data
-// as LL lines into the receiver's ring slot; no fence, no flag, no wait for the posted recv except
-// the ring credit (almost always there already). False when the credit wait failed.
+// Published form, LL (len <= ll_max, stream_layout.h): every block of the channel writes its range of
+// the message's lines (block 0 the header too) into the receiver's ring slot; no fence, no flag, no
+// wait for the posted recv except the ring credit (almost always there already). False when the
+// credit wait failed.
 __device__ bool send_pub_ll(const Ctx& x, const DevOp& op, uint64_t k) {
   const DevChannel& c = *x.c;
   __shared__ int s_go;
   if (threadIdx.x == 0) {
     s_go = k + 1 <= kLLSlots || wait_ge(x, &c.mine->pub_posted.v, k + 1 - kLLSlots);
-    if (s_go) fence_acq_rel_system();  // the receiver emptied the slot (zeroed its lines) before
+    if (s_go) acquire(x, &c.mine->pub_posted.v);  // the receiver emptied the slot (zeroed its lines) before
   }
   __syncthreads();
   if (!s_go) return false;
-  ll_write(ll_slot(c.remote, k), op.src, op.len, ll_flag(k), op.buf_id, uint32_t(op.offset),
-           uint32_t(op.offset >> 32));
+  const uint32_t h[4] = {op.buf_id, uint32_t(op.len), uint32_t(op.offset), uint32_t(op.offset >> 32)};
+  uint64_t l0, l1;
+  ll_range(op.len, x.blk, x.nb, l0, l1);
+  ll_write(ll_slot(x, c.remote, k), op.src, op.len, ll_flag(k), h, x.blk == 0, l0, l1);
   __syncthreads();  // s_go is read by every thread before thread 0 rewrites it for the next message
   return true;
 }
@@ -43,15 +47,15 @@ __device__ void send_pub(const Ctx& x) {
   for (int i = 0; i < c.nops; ++i) {
     const DevOp& op = x.L->ops[c.first_op + i];
     const uint64_t k = base + i + 1;
-    if (op.len <= kLLMax) {  // small: LL lines by block 0; the other blocks have nothing to do for it
-      if (x.blk == 0 && !send_pub_ll(x, op, k)) break;
+    if (is_ll(op.len, x.L->ll_max)) {
+      if (!send_pub_ll(x, op, k)) break;
       continue;
     }
     if (threadIdx.x == 0) {
       s_go = wait_ge(x, &c.mine->pub_posted.v, k);
       s_ok = 0;
       if (s_go) {
-        fence_acq_rel_system();
+        acquire(x, &c.mine->pub_posted.v);
         const volatile PostDesc& p = c.mine->post[k % kDescRing];
         if (p.seq != k) {
           record_error(x, kErrProtocol);
@@ -97,25 +101,38 @@ __device__ void send_pub(const Ctx& x) {
   channel_exit(x, [&] { c.mine->pub_sent.v = base + c.nops; });
 }
 
+// Published form, receiver. Block 0 posts recv k; every block waits for the message (direct: block
+// 0 checks the ReadyDesc; LL: each block reads and zeroes its range of the sender's lines, all of
+// them computed from the header's length, so a mismatch drains every line). Several blocks only for
+// a launch with one recv on the channel (the host sees to it): the header of slot k is zeroed by
+// block 0 just before it posts k + 1, when no block can still be reading it (stream_layout.h).
 __device__ void recv_pub(const Ctx& x) {
   const DevChannel& c = *x.c;
   __shared__ int s_path;
   __shared__ uint32_t s_hdr[4];
   const uint64_t base = load_volatile(&c.mine->pub_recvd.v);
-  for (int i = 0; i < c.nops; ++i) {
+  const uint64_t ll_max = x.L->ll_max;
+  for (int i = 0; i < c.nops && (x.blk == 0 || c.nops == 1); ++i) {
     const DevOp& op = x.L->ops[c.first_op + i];
     const uint64_t k = base + i + 1;
-    char* slot = ll_slot(c.mine, k);
+    char* slot = ll_max ? ll_slot(x, c.mine, k) : nullptr;
     if (threadIdx.x == 0) {
-      volatile PostDesc& p = c.remote->post[k % kDescRing];
-      p.seq = k;
-      p.offset = op.offset;
-      p.len = op.len;
-      p.buf_id = op.buf_id;
-      store_release_system(&c.remote->pub_posted.v, k);
+      if (x.blk == 0) {
+        if (ll_max && k > 1) {  // the previous message's header (read by all its blocks, in an earlier launch or above)
+          char* prev = ll_slot(x, c.mine, k - 1);
+          store_volatile_16(prev, 0, 0, 0, 0);
+          store_volatile_16(prev + 16, 0, 0, 0, 0);
+        }
+        volatile PostDesc& p = c.remote->post[k % kDescRing];
+        p.seq = k;
+        p.offset = op.offset;
+        p.len = op.len;
+        p.buf_id = op.buf_id;
+        store_release_system(&c.remote->pub_posted.v, k);  // after the zeroing (release) and the descriptor
+      }
       s_path = wait_ready_or_ll(x, &c.mine->pub_ready.v, k, slot, s_hdr);
-      if (s_path == 1) {
-        fence_acq_rel_system();  // the sender's bytes in our buffer are visible to this stream's next kernels
+      if (s_path == 1 && x.blk == 0) {
+        acquire(x, &c.mine->pub_ready.v);  // the sender's bytes in our buffer are visible to this stream's next kernels
         const volatile ReadyDesc& d = c.mine->ready[k % kDescRing];
         if (d.seq != k) {
           record_error(x, kErrProtocol);
@@ -132,7 +149,7 @@ __device__ void recv_pub(const Ctx& x) {
     if (path == 2) {
       const uint64_t hoff = (uint64_t(s_hdr[3]) << 32) | s_hdr[2];
       const uint64_t hlen = s_hdr[1];
-      if (hlen > kLLMax) {  // a header no sender of this build writes
+      if (!is_ll(hlen, ll_max)) {  // a header no sender of this layout writes
         if (threadIdx.x == 0) {
           record_error(x, kErrProtocol);
           abort_pair(x);
@@ -140,15 +157,22 @@ __device__ void recv_pub(const Ctx& x) {
         break;
       }
       const bool ok = s_hdr[0] == op.buf_id && hlen == op.len && hoff == op.offset;
-      if (!ok && threadIdx.x == 0) record_error(x, kErrMismatch);  // drained below, nothing written
-      if (!ll_read(x, k, slot, hlen, ok ? op.dst : nullptr)) break;
+      if (!ok && threadIdx.x == 0 && x.blk == 0) record_error(x, kErrMismatch);  // drained below, nothing written
+      uint64_t l0, l1;
+      ll_range(hlen, x.blk, x.nb, l0, l1);
+      if (!ll_read(x, k, slot, hlen, ok ? op.dst : nullptr, l0, l1, false)) break;
     }
     __syncthreads();  // s_path / s_hdr are rewritten for the next message
   }
   channel_exit(x, [&] { c.mine->pub_recvd.v = base + c.nops; });
 }
 
-__device__ __forceinline__ uint64_t chunks_of(uint64_t len, uint64_t chunk) { return len ? (len + chunk - 1) / chunk : 1; }
+// Chunks of an NCCL-form message: LL pieces of kLLPiece bytes up to ll_max, else staging chunks;
+// one empty chunk when len is 0. (Host side: StreamEngine::assign_blocks counts the same way.)
+__device__ __forceinline__ uint64_t chunks_of(uint64_t len, uint64_t chunk, uint64_t ll_max) {
+  const uint64_t piece = is_ll(len, ll_max) ? kLLPiece : chunk;
+  return len ? (len + piece - 1) / piece : 1;
+}
 
 // NCCL form, sender. The channel's messages are one run of chunks g0, g0 + 1, ... (a message of
 // len bytes is chunks_of(len) chunks; an empty one is one empty chunk); block b takes chunks
@@ -164,30 +188,33 @@ __device__ void send_raw(const Ctx& x) {
   bool failed = false;
   for (int i = 0; i < c.nops && !failed; ++i) {
     const DevOp& op = x.L->ops[c.first_op + i];
-    const uint64_t n = chunks_of(op.len, chunk);
+    const bool ll = is_ll(op.len, x.L->ll_max);
+    const uint64_t n = chunks_of(op.len, chunk, x.L->ll_max);
     uint64_t j = (uint64_t(x.blk) + uint64_t(x.nb) - t0 % uint64_t(x.nb)) % uint64_t(x.nb);
     for (; j < n; j += uint64_t(x.nb)) {
       const uint64_t g = g0 + t0 + j;
       const uint64_t slot = g % slots;
       if (threadIdx.x == 0) {
         s_go = g + 1 <= slots || wait_ge(x, &c.mine->raw_slot_consumed[slot].v, g + 1 - slots);
-        if (s_go) fence_acq_rel_system();  // the receiver's reads of the slot happened before
+        if (s_go) acquire(x, &c.mine->raw_slot_consumed[slot].v);  // the receiver's reads of the slot happened before
       }
       __syncthreads();
       if (!s_go) {
         failed = true;
         break;
       }
-      if (op.len <= kLLMax) {
-        // One chunk, as LL lines into the slot's LL area (stream_layout.h): no fence, no flag.
-        const uint64_t m = msg0 + i + 1;
-        ll_write(raw_ll(c.remote, slot), op.src, op.len, ll_flag(g + 1), uint32_t(m), uint32_t(m >> 32), 0);
+      if (ll) {
+        // Piece j, as LL lines into the slot's LL area (stream_layout.h): no fence, no flag.
+        const uint64_t m = msg0 + i + 1, off = j * kLLPiece;
+        const uint64_t plen = op.len - off < kLLPiece ? op.len - off : kLLPiece;
+        const uint32_t h[4] = {uint32_t(m), uint32_t(op.len), uint32_t(m >> 32), uint32_t(j)};
+        ll_write(raw_ll(c.remote, slot), op.src + off, plen, ll_flag(g + 1), h, true, 0, ll_lines(plen));
         __syncthreads();  // s_go is read by every thread before thread 0 rewrites it
         continue;
       }
       const uint64_t off = j * chunk;
       const uint64_t len = op.len - off < chunk ? op.len - off : chunk;
-      char* stage = reinterpret_cast<char*>(c.remote) + kStagingOff + slot * chunk;
+      char* stage = reinterpret_cast<char*>(c.remote) + x.L->staging_off + slot * chunk;
       if (op.len) part_copy(stage, op.src + off, len, false, 0, 1);
       __syncthreads();
       if (threadIdx.x == 0) {
@@ -225,28 +252,31 @@ __device__ void recv_raw(const Ctx& x) {
   bool failed = false;
   for (int i = 0; i < c.nops && !failed; ++i) {
     const DevOp& op = x.L->ops[c.first_op + i];
-    const uint64_t n = chunks_of(op.len, chunk);
+    const bool ll = is_ll(op.len, x.L->ll_max);
+    const uint64_t piece = ll ? kLLPiece : chunk;
+    const uint64_t n = chunks_of(op.len, chunk, x.L->ll_max);
     uint64_t j = (uint64_t(x.blk) + uint64_t(x.nb) - t0 % uint64_t(x.nb)) % uint64_t(x.nb);
     for (; j < n; j += uint64_t(x.nb)) {
       const uint64_t g = g0 + t0 + j;
-      const uint64_t slot = g % slots, off = j * chunk;
-      const uint64_t len = op.len - off < chunk ? op.len - off : chunk;
+      const uint64_t slot = g % slots, off = j * piece;
+      const uint64_t len = op.len - off < piece ? op.len - off : piece;
       if (threadIdx.x == 0) {
-        s_go = wait_ready_or_ll(x, &c.mine->raw_slot_ready[slot].v, g + 1, raw_ll(c.mine, slot), s_hdr);
+        const char* area = x.L->ll_max ? raw_ll(c.mine, slot) : nullptr;
+        s_go = wait_ready_or_ll(x, &c.mine->raw_slot_ready[slot].v, g + 1, area, s_hdr);
         if (s_go == 2) {
-          // LL: {msg low, len, msg high, 0}; only whole messages of <= kLLMax bytes come this way.
+          // LL piece: {msg low, msg len, msg high, piece index}; only messages of <= ll_max bytes.
           const uint64_t hm = (uint64_t(s_hdr[2]) << 32) | s_hdr[0];
           if (hm == msg0 + i + 1 && s_hdr[1] != op.len) {
             record_error(x, kErrRawLength);
             abort_pair(x);
             s_go = 0;
-          } else if (hm != msg0 + i + 1 || s_hdr[3] != 0 || j != 0) {
+          } else if (hm != msg0 + i + 1 || s_hdr[3] != uint32_t(j) || !ll) {
             record_error(x, kErrProtocol);
             abort_pair(x);
             s_go = 0;
           }
         } else if (s_go == 1) {
-          fence_acq_rel_system();
+          acquire(x, &c.mine->raw_slot_ready[slot].v);
           const volatile ChunkHdr& h = c.mine->hdr[slot];
           uint64_t hm = h.msg, hl = h.msg_len, ho = h.chunk_off, hc = h.chunk_len;
           if (hm == msg0 + i + 1 && hl != op.len) {
@@ -267,12 +297,12 @@ __device__ void recv_raw(const Ctx& x) {
         break;
       }
       if (path == 2) {
-        if (!ll_read(x, g + 1, raw_ll(c.mine, slot), op.len, op.dst)) {  // ends with __syncthreads
+        if (!ll_read(x, g + 1, raw_ll(c.mine, slot), len, op.dst + off, 0, ll_lines(len), true)) {  // ends with __syncthreads
           failed = true;
           break;
         }
       } else {
-        const char* stage = reinterpret_cast<const char*>(c.mine) + kStagingOff + slot * chunk;
+        const char* stage = reinterpret_cast<const char*>(c.mine) + x.L->staging_off + slot * chunk;
         if (op.len) part_copy(op.dst + off, stage, len, true, 0, 1);
         __syncthreads();
       }
@@ -321,6 +351,8 @@ __global__ void __launch_bounds__(kThreads, 1) stream_batch_kernel(const PL_GRID
     case 1: recv_pub(x); break;
     case 2: send_raw(x); break;
     case 3: recv_raw(x); break;
+    case kChCeWait: ce_wait(x); break;
+    case kChCeDone: ce_done(x); break;
   }
 }
 

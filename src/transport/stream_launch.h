@@ -40,6 +40,12 @@ constexpr int kMaxChannelBlocks = 64;
 // alone would need ~3.5 us for 128 KB; 8 in parallel ~0.5 us plus one flag).
 constexpr uint64_t kPubBytesPerBlock = 16 << 10;
 
+// Channel kinds beyond StreamOpKind (0-3): the two small kernels around a copy-engine published-form
+// send (Options::stream_ce_min): wait for the posted recv and check it (writes ce_status), then,
+// after the copy, publish ready and advance the channel's counter.
+constexpr int kChCeWait = 4;
+constexpr int kChCeDone = 5;
+
 struct DevOp {
   const char* src;
   char* dst;       // SendPub: mapped destination; RecvRaw: user buffer
@@ -68,9 +74,14 @@ struct StreamLaunch {
   int32_t nblocks;  // grid size: the sum of the channels' blocks
   int32_t pdl;      // launched with programmatic dependent launch
   uint32_t slots;
+  int32_t acq_load;  // Options::stream_acquire_load
+  int32_t pad2;
   uint64_t chunk;
   uint64_t timeout_ns;
-  uint32_t* error;  // host-mapped
+  uint32_t* error;       // host-mapped
+  uint64_t ll_max;       // Options::stream_ll_max (rounded up to 8; 0 = no LL)
+  uint64_t ll_slot;      // pub_ll_slot_bytes(ll_max): stride of the published-form LL ring
+  uint64_t staging_off;  // staging_offset(true, ll_max)
 };
 static_assert(sizeof(StreamLaunch) <= 4000, "kernel parameter limit");
 

@@ -16,13 +16,20 @@
 #include <cstddef>
 #include <cstdint>
 
+// The helpers below that kernels call too.
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define PL_STREAM_HD __host__ __device__
+#else
+#define PL_STREAM_HD
+#endif
+
 namespace peerlink::stream {
 
 // Buffer ids at or above kReservedBufBase belong to the library (the stream engine publishes its
 // area under kAreaBufId); user calls naming them get InvalidArgument.
 constexpr uint32_t kReservedBufBase = 0xFFFFFF00u;
 constexpr uint32_t kAreaBufId = 0xFFFFFF01u;
-constexpr uint64_t kAreaMagic = 0x706c5354524d3032ull;  // "plSTRM02" (per-slot flags, multi-block GPU grids)
+constexpr uint64_t kAreaMagic = 0x706c5354524d3033ull;  // "plSTRM03" (multi-block LL, ll_max in the header)
 constexpr int kDescRing = 64;   // published-form recvs posted ahead of completion, per pair
 constexpr int kMaxSlots = 64;   // NCCL-form staging slots per ordered pair (at most)
 
@@ -41,7 +48,8 @@ struct AreaHeader {
   uint64_t slots;          // NCCL-form staging slots per pair
   uint64_t chunk;          // bytes per staging slot
   uint64_t section_bytes;  // bytes per peer section (flags + staging)
-  uint64_t pad[3];
+  uint64_t ll_max;         // GPU: Options::stream_ll_max (rounded up to 8); the LL ring follows it
+  uint64_t pad[2];
 };
 
 // Written by the receiver together with `pub_posted`: what its k-th published-form recv expects.
@@ -95,43 +103,64 @@ struct PairSection {
   // to 0); pub_arrive[k % kDescRing] counts the blocks that finished their part of published-form
   // message k (the last one publishes pub_ready, then resets it to 0). Both are back to 0 before
   // any later launch or message can use them, so nothing needs resetting from the host.
-  Line exit[4];
+  Line exit[6];
   uint64_t pub_arrive[kDescRing];
+  // GPU copy-engine sends (stream_ce_device.h, kinds kChCeWait / kChCeDone): what the waiting kernel
+  // found for message k (kStatusOk / kStatusMismatch), read by the publishing kernel.
+  uint64_t ce_status[kDescRing];
 };
 
-// GPU published form, small messages (len <= kLLMax): LL lines instead of a copy plus a release
-// flag. Each 16-byte line is {data[0..3], f, data[4..7], f} with f = ll_flag(k) for message k, two
-// 8-byte halves each written and read as a unit (gpu/device.h store_volatile_16), so the receiver
-// knows a line landed when both flags match: no fence on the sender, no separate flag, one NVLink
-// crossing. The sender writes into the receiver's ring slot k % kLLSlots (lines 0-1: header
-// {buf_id, len, offset}; then the data) without waiting for the posted recv; the receiver checks the
-// header against its recv (mismatch: nothing written), copies the data into its buffer and zeroes
-// the lines, so a stale line always reads 0 and no flag value ever repeats in place (flags are never
-// 0). Credit: the receiver posts recv k + 1 only after it emptied slot k, so the sender of k may use
-// slot k % kLLSlots once pub_posted >= k + 1 - kLLSlots.
-// Why 8 KB: the sender is one block writing 1024 lines (2 per thread, one pass); beyond that the
-// multi-block direct copy plus one flag (~one extra NVLink round trip, ~1.5 us) is cheaper than
-// LL's doubled bytes written by a single block.
-constexpr size_t kLLMax = 8 << 10;
+// GPU LL lines (messages of at most Options::stream_ll_max bytes, "ll_max"; both sides agree: it is in
+// the AreaHeader). Each 16-byte line is {data[0..3], f, data[4..7], f} with f = ll_flag(k) for
+// message k, two 8-byte halves each written and read as a unit (gpu/device.h store_volatile_16), so
+// the receiver knows a line landed when both flags match: no fence on the sender, no separate flag,
+// one NVLink crossing. A message is two header lines {w0, f, w1, f} {w2, f, w3, f} then its bytes,
+// ceil(len / 8) lines; several blocks of a send each write their own range of lines (block 0 the
+// header too) and several blocks of a recv each read and zero their own range: no fence, no arrive
+// counter on either side. Flags are never 0 and a line is zeroed by the receiver after it was read,
+// so a stale line reads 0 and no flag value ever repeats in place.
+//   Published form: the sender writes message k into the receiver's ring slot k % kLLSlots (slot
+//   stride pub_ll_slot_bytes(ll_max), header {buf_id, len, offset low, offset high}) without waiting
+//   for the posted recv; the receiver, which still posts k and waits for pub_ready or the header,
+//   whichever comes (so a length mismatch across the ll_max boundary is seen, never a hang), checks
+//   the header against its recv (mismatch: every line drained, nothing written) and copies the data
+//   into its buffer. Credit: the receiver posts recv k + 1 only after slot k was emptied (its data
+//   lines zeroed by the blocks that read them, in that launch, and its header lines zeroed by thread
+//   0 just before it posts k + 1: every block of the recv reads the header, so only the next post,
+//   after the launch or in the same one-block launch, may clear it), so the sender of k may use slot
+//   k % kLLSlots once pub_posted >= k + 1 - kLLSlots.
+//   NCCL form: a message of len <= ll_max is ceil(len / kLLPiece) chunks (one when empty), chunk g
+//   sent as LL lines (header {msg low, msg len, msg high, piece index}) into the LL area of its
+//   staging slot g % slots instead of staged data plus a flag; same per-slot credit; the receiving
+//   block zeroes the header itself (one block reads a piece). An LL area only ever holds LL lines or
+//   zeros, never staged user bytes that could look like a valid line.
+// Why pieces of 8 KB: one block of 512 threads writes 1024 lines (2 per thread) in one pass.
+constexpr size_t kLLPiece = 8 << 10;
+constexpr size_t kLLMaxCap = 512 << 10;  // Options::stream_ll_max's bound (= kMaxSlots pieces)
 constexpr size_t kLLSlots = 8;
-constexpr size_t kLLLines = 2 + kLLMax / 8;
-constexpr size_t kLLSlotBytes = kLLLines * 16;
-// (ll_flag(k) = k mod (2^32 - 1) + 1: stream_kernels.cu.)
+PL_STREAM_HD constexpr size_t ll_lines(size_t len) { return (len + 7) / 8; }
+constexpr size_t kLLSlotBytes = (2 + ll_lines(kLLPiece)) * 16;  // one NCCL-form LL area
+// (ll_flag(k) = k mod (2^32 - 1) + 1: stream_device.h.)
+PL_STREAM_HD constexpr bool is_ll(uint64_t len, uint64_t ll_max) { return ll_max > 0 && len <= ll_max; }
 
 constexpr size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+constexpr size_t pub_ll_slot_bytes(size_t ll_max) { return ll_max ? round_up((2 + ll_lines(ll_max)) * 16, 128) : 0; }
 constexpr size_t kHeaderBytes = 4096;
 constexpr size_t flags_bytes() { return round_up(sizeof(PairSection), 4096); }
-// GPU sections: flags | published-form LL ring (kLLSlots) | NCCL-form LL areas (one per staging
-// slot: a message of <= kLLMax bytes is one chunk, sent as LL lines into the LL area of its slot
-// instead of staged data plus a flag; same slot credit; an area only ever holds LL lines or zeros,
-// never staged user bytes that could look like a valid line) | staging slots. Host sections have
-// no LL regions (the host backend copies with memcpy and flags).
-constexpr size_t ll_bytes() { return round_up(kLLSlots * kLLSlotBytes + kMaxSlots * kLLSlotBytes, 4096); }
-constexpr size_t raw_ll_offset() { return flags_bytes() + kLLSlots * kLLSlotBytes; }
-constexpr size_t staging_offset(bool gpu) { return flags_bytes() + (gpu ? ll_bytes() : 0); }
-constexpr size_t section_bytes(size_t slots, size_t chunk, bool gpu) { return staging_offset(gpu) + slots * chunk; }
-constexpr size_t area_bytes(int world, size_t slots, size_t chunk, bool gpu) {
-  return kHeaderBytes + size_t(world) * section_bytes(slots, chunk, gpu);
+// GPU sections: flags | NCCL-form LL areas (one per staging slot, fixed size) | published-form LL
+// ring (kLLSlots slots, stride pub_ll_slot_bytes(ll_max)) | staging slots. Host sections have no LL
+// regions (the host backend copies with memcpy and flags).
+constexpr size_t raw_ll_offset() { return flags_bytes(); }
+constexpr size_t pub_ll_offset() { return flags_bytes() + kMaxSlots * kLLSlotBytes; }
+constexpr size_t ll_bytes(size_t ll_max) {
+  return round_up(kMaxSlots * kLLSlotBytes + kLLSlots * pub_ll_slot_bytes(ll_max), 4096);
+}
+constexpr size_t staging_offset(bool gpu, size_t ll_max) { return flags_bytes() + (gpu ? ll_bytes(ll_max) : 0); }
+constexpr size_t section_bytes(size_t slots, size_t chunk, bool gpu, size_t ll_max) {
+  return staging_offset(gpu, ll_max) + slots * chunk;
+}
+constexpr size_t area_bytes(int world, size_t slots, size_t chunk, bool gpu, size_t ll_max) {
+  return kHeaderBytes + size_t(world) * section_bytes(slots, chunk, gpu, ll_max);
 }
 
 inline PairSection* section(void* area, int q, size_t sec_bytes) {
@@ -139,7 +168,7 @@ inline PairSection* section(void* area, int q, size_t sec_bytes) {
 }
 // Host backend only (GPU kernels place staging after the LL regions: staging_offset(true)).
 inline char* staging(PairSection* s, size_t slot, size_t chunk) {
-  return reinterpret_cast<char*>(s) + staging_offset(false) + slot * chunk;
+  return reinterpret_cast<char*>(s) + staging_offset(false, 0) + slot * chunk;
 }
 
 }  // namespace peerlink::stream

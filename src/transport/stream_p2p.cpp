@@ -51,8 +51,10 @@ StreamEngine::StreamEngine(CommImpl& impl) : impl_(impl) {
   slots_ = host_ ? kHostSlots : kGpuSlots;
   chunk_ = host_ ? kHostChunk : kGpuChunk;
   static_assert(kHostSlots <= size_t(kMaxSlots) && kGpuSlots <= size_t(kMaxSlots), "slots");
-  sec_bytes_ = section_bytes(slots_, chunk_, !host_);
-  area_len_ = area_bytes(world_, slots_, chunk_, !host_);
+  ll_max_ = host_ ? 0 : round_up(impl.options().stream_ll_max, 8);
+  static_assert(kLLMaxCap <= size_t(kMaxSlots) * kLLPiece, "an LL message fits the NCCL-form slots");
+  sec_bytes_ = section_bytes(slots_, chunk_, !host_, ll_max_);
+  area_len_ = area_bytes(world_, slots_, chunk_, !host_, ll_max_);
   remote_.assign(world_, nullptr);
   remote_hold_.resize(world_);
   pub_completed_.assign(world_, 0);
@@ -66,6 +68,7 @@ StreamEngine::StreamEngine(CommImpl& impl) : impl_(impl) {
     h.slots = slots_;
     h.chunk = chunk_;
     h.section_bytes = sec_bytes_;
+    h.ll_max = ll_max_;
     if (host_) {
       std::memset(area_, 0, area_len_);  // counters start at 0 (flags need no reset later)
       std::memcpy(area_, &h, sizeof h);
@@ -82,6 +85,14 @@ StreamEngine::StreamEngine(CommImpl& impl) : impl_(impl) {
       channel_blocks_ = o.stream_blocks > 0 ? o.stream_blocks : kMaxChannelBlocks;
       const int cc = gpu::compute_capability(impl.device());
       pdl_ = (o.stream_pdl < 0 ? cc >= 90 : o.stream_pdl != 0) && cc >= 90;
+      ce_min_ = o.stream_ce_min;
+      if (ce_min_ > 0) {  // created now: never while a caller's stream is being captured
+        ce_events_.push_back(gpu::EventOwner::create(impl.device()));
+        for (int l = 1; l < o.stream_ce_lanes; ++l) {
+          ce_lanes_.push_back(gpu::StreamOwner::create(impl.device()));
+          ce_events_.push_back(gpu::EventOwner::create(impl.device()));
+        }
+      }
     }
     // Published to every peer now (non-blocking), so a peer's first call with this rank only waits
     // for this rank to have made any stream call, never for a call with that peer in particular.
@@ -145,14 +156,17 @@ void StreamEngine::bind_peer(int peer) {
     throw UnsupportedError(cat("stream-ordered send/recv with rank ", peer, ": the pair uses the ",
                                to_string(impl_.path_to(peer)), " path (no peer access); only direct pairs are supported"));
   std::shared_ptr<void> hold;
-  void* base = impl_.map_published(peer, kAreaBufId, 1, 0, area_len_, "stream setup", &hold);
+  // The header first: an area of another geometry may be shorter than ours (the check below names why).
+  void* base = impl_.map_published(peer, kAreaBufId, 1, 0, kHeaderBytes, "stream setup", &hold);
   AreaHeader h{};
   impl_.backend().copy_sync(&h, base, sizeof h);
   if (h.magic != kAreaMagic || h.world != uint64_t(world_) || h.slots != slots_ || h.chunk != chunk_ ||
-      h.section_bytes != sec_bytes_)
+      h.section_bytes != sec_bytes_ || h.ll_max != ll_max_)
     throw Error(cat("stream setup with rank ", peer, ": its area has magic ", h.magic, ", ", h.world, " ranks, ", h.slots,
-                    " slots of ", h.chunk, " bytes, sections of ", h.section_bytes, "; this rank expects ", world_, "/",
-                    slots_, "/", chunk_, "/", sec_bytes_, " (different library builds or backends?)"));
+                    " slots of ", h.chunk, " bytes, sections of ", h.section_bytes, ", LL up to ", h.ll_max,
+                    " bytes; this rank expects ", world_, "/", slots_, "/", chunk_, "/", sec_bytes_, "/", ll_max_,
+                    " (different library builds or backends, or PEERLINK_STREAM_LL_MAX differs between ranks?)"));
+  base = impl_.map_published(peer, kAreaBufId, 1, 0, area_len_, "stream setup", &hold);
   remote_[peer] = section(base, rank_, sec_bytes_);
   remote_hold_[peer] = std::move(hold);
 }

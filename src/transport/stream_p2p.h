@@ -8,11 +8,13 @@
 //                   len): equal -> copy into the published buffer; else write nothing. Then write
 //                   ReadyDesc k (status) into the receiver's area and release-store pub_ready = k;
 //                   recv k completes when pub_ready >= k (mismatch -> InvalidArgument on both sides).
-//                   GPUs, len <= stream::kLLMax (8 KB): the sender does not wait for the post; it
-//                   writes header + data as LL lines into the receiver's ring slot k % kLLSlots
-//                   (credit: pub_posted >= k + 1 - kLLSlots); the receiver, which still posts k and
-//                   waits for pub_ready or the LL header, whichever comes, checks the header against
-//                   its recv and copies the data into its buffer (stream_layout.h).
+//                   GPUs, len <= Options::stream_ll_max: the sender does not wait for the post; its
+//                   blocks write header + data as LL lines into the receiver's ring slot
+//                   k % kLLSlots (credit: pub_posted >= k + 1 - kLLSlots); the receiver, which still
+//                   posts k and waits for pub_ready or the LL header, whichever comes, checks the
+//                   header against its recv and copies the data into its buffer (stream_layout.h).
+//                   GPUs, len >= Options::stream_ce_min, a batch of such sends only: the copy
+//                   engine moves the bytes between a waiting and a publishing kernel (stream_ce.cpp).
 //   NCCL form       chunks (Options-independent geometry, AreaHeader) through the receiver-owned
 //                   staging slots of the pair: chunk g waits raw_consumed >= g + 1 - slots, copies,
 //                   writes ChunkHdr, release-stores raw_ready = g + 1; the receiver copies chunk g out
@@ -20,8 +22,9 @@
 //                   (GPUs: the same with one ready / consumed flag per slot, raw_slot_ready[g % slots]
 //                   = g + 1, because several blocks move different chunks at once: stream_kernels.cu.
 //                   A length mismatch stops the pair there instead of draining. A message of at most
-//                   stream::kLLMax bytes is one chunk sent as LL lines into its slot's LL area: no
-//                   fence, no ready flag; the receiver waits for the flag or the lines, whichever.)
+//                   Options::stream_ll_max bytes is chunks of stream::kLLPiece bytes sent as LL lines
+//                   into their slots' LL areas: no fence, no ready flag; the receiver waits for the
+//                   flag or the lines, whichever.)
 // The two forms are separate FIFO channels (a published-form send is matched only by a
 // published-form recv), and both are separate from the host-driven isend/irecv channel: mixing
 // them on one pair is allowed and each channel keeps its own order. (They share no counters, so
@@ -51,6 +54,7 @@
 #include <mutex>
 #include <vector>
 
+#include "gpu/owners.h"
 #include "transport/stream_layout.h"
 
 namespace peerlink::stream {
@@ -116,7 +120,9 @@ class StreamEngine {
   void run_gpu(std::vector<StreamOp>& ops);    // stream_gpu.cpp: one kernel per stream, no host wait
   void check_device_error();                   // stream_gpu.cpp: what earlier kernels recorded
   void reap_inflight(bool wait_all);
-  void assign_blocks(stream::StreamLaunch& L) const;  // stream_gpu.cpp: grid of one launch           // stream_gpu.cpp: drop mappings of finished launches
+  void assign_blocks(stream::StreamLaunch& L) const;  // stream_gpu.cpp: grid of one launch
+  bool ce_eligible(const std::vector<const StreamOp*>& ops) const;  // stream_ce.cpp
+  void launch_ce(const stream::StreamLaunch& L, void* stream);      // stream_ce.cpp
   void mark_broken(const std::vector<StreamOp>& ops, std::exception_ptr e);
 
   stream::PairSection* mine(int q) const { return stream::section(area_, q, sec_bytes_); }
@@ -140,6 +146,10 @@ class StreamEngine {
   int grid_cap_ = 1;           // most blocks of one launch: the device's multiprocessor count
   int channel_blocks_ = 1;     // most blocks of one channel (Options::stream_blocks or kMaxChannelBlocks)
   bool pdl_ = false;           // launch with programmatic dependent launch (Options::stream_pdl)
+  size_t ll_max_ = 0;          // Options::stream_ll_max rounded up to 8 (GPU; 0 on the host backend)
+  size_t ce_min_ = 0;          // Options::stream_ce_min (0: no copy-engine path)
+  std::vector<gpu::StreamOwner> ce_lanes_;  // side streams of the copy-engine path (lanes - 1)
+  std::vector<gpu::EventOwner> ce_events_;  // [0] fork, [1 + l] join of side lane l
   struct Inflight {
     void* event = nullptr;  // recorded after the launch (eager launches only)
     std::vector<std::shared_ptr<void>> holds;

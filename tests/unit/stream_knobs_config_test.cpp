@@ -1,0 +1,88 @@
+// The stream-ordered engine's performance knobs (Options::stream_ll_max, stream_ce_min,
+// stream_ce_lanes, stream_acquire_load): read from PEERLINK_STREAM_*, held to their ranges by
+// validate(), bad values named with their variable.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "peerlink/errors.h"
+#include "peerlink/options.h"
+
+using namespace peerlink;
+
+namespace {
+
+struct EnvScope {
+  std::vector<std::string> names;
+  void set(const char* n, const char* v) {
+    setenv(n, v, 1);
+    names.push_back(n);
+  }
+  ~EnvScope() {
+    for (auto& n : names) unsetenv(n.c_str());
+  }
+};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(StreamKnobsConfig, FromEnv) {
+  EnvScope env;
+  env.set("PEERLINK_STREAM_LL_MAX", "131072");
+  env.set("PEERLINK_STREAM_CE_MIN", "33554432");
+  env.set("PEERLINK_STREAM_CE_LANES", "3");
+  env.set("PEERLINK_STREAM_ACQUIRE_LOAD", "1");
+  Options o = Options::from_env();
+  EXPECT_EQ(o.stream_ll_max, size_t(128) << 10);
+  EXPECT_EQ(o.stream_ce_min, size_t(32) << 20);
+  EXPECT_EQ(o.stream_ce_lanes, 3);
+  EXPECT_TRUE(o.stream_acquire_load);
+}
+
+TEST(StreamKnobsConfig, Defaults) {
+  Options o;
+  EXPECT_EQ(o.stream_ll_max, size_t(8) << 10);  // the single-block LL measured on 2x H200
+  EXPECT_EQ(o.stream_ce_min, 0u);               // copy engine off
+  EXPECT_EQ(o.stream_ce_lanes, 2);
+  EXPECT_FALSE(o.stream_acquire_load);
+  EXPECT_NO_THROW(o.validate());
+}
+
+TEST(StreamKnobsConfig, BadValuesNamed) {
+  struct Case {
+    const char* var;
+    const char* value;
+  } cases[] = {{"PEERLINK_STREAM_LL_MAX", "524289"},
+               {"PEERLINK_STREAM_LL_MAX", "-8"},
+               {"PEERLINK_STREAM_CE_MIN", "12x"},
+               {"PEERLINK_STREAM_CE_LANES", "0"},
+               {"PEERLINK_STREAM_CE_LANES", "5"},
+               {"PEERLINK_STREAM_ACQUIRE_LOAD", "sometimes"}};
+  for (const Case& c : cases) {
+    EnvScope env;
+    env.set(c.var, c.value);
+    std::string what = error_of([] { Options::from_env(); });
+    EXPECT_NE(what.find(c.var), std::string::npos) << "'" << what << "'";
+    EXPECT_NE(what.find(c.value), std::string::npos) << "'" << what << "'";
+  }
+  auto bad = [](const std::function<void(Options&)>& set, const char* needle) {
+    Options o;
+    set(o);
+    std::string what = error_of([&] { o.validate(); });
+    EXPECT_NE(what.find(needle), std::string::npos) << "'" << what << "' lacks '" << needle << "'";
+  };
+  bad([](Options& o) { o.stream_ll_max = (size_t(512) << 10) + 1; }, "stream_ll_max");
+  bad([](Options& o) { o.stream_ce_lanes = 0; }, "stream_ce_lanes");
+  bad([](Options& o) { o.stream_ce_min = (size_t(1) << 40) + 1; }, "stream_ce_min");
+}
