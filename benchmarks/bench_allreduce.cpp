@@ -255,7 +255,7 @@ void setup_nccl(peerlink::Communicator& comm, const std::vector<int>& devs, Impl
   nc.run = [l, &ncomm, dt, op](const void* s, void* r, size_t count, void* st) {
     l->check(l->all_reduce(s, r, count, dt, op, ncomm, st), "ncclAllReduce");
   };
-  if (me == 0) std::printf("# nccl version %d (NCCL_NVLS_ENABLE=%s)\n", l->version(), std::getenv("NCCL_NVLS_ENABLE"));
+  if (me == 0) std::printf("# nccl version %d from %s (NCCL_NVLS_ENABLE=%s)\n", l->version(), l->path().c_str(), std::getenv("NCCL_NVLS_ENABLE"));
 }
 
 // One pass: the size sweep with peerlink's algorithm `algo` (and NCCL when with_nccl).

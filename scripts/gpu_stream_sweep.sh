@@ -7,7 +7,7 @@
 # for the published form (pub) and the NCCL form (raw), NCCL's one-way beside them. ~2-3 minutes.
 #   ll:<bytes>        Options::stream_ll_max (LL lines, multi-block, up to that size; 0 = no LL)
 #   acq:<0|1>,pdl:<0|1>  stream_acquire_load / stream_pdl
-#   ce:<min>/<lanes>  stream_ce_min / stream_ce_lanes (copy engine for lone published sends >= min)
+#   ce:<min>x<lanes>  stream_ce_min / stream_ce_lanes (copy engine for lone published sends >= min)
 set -u
 BUILD=${1:-build}
 OUT=${2:-/tmp/stream_sweep}
@@ -34,7 +34,7 @@ for ll in 0 8K 32K 64K 128K 256K; do run "ll:$ll" 25 --no-nccl -b 8 -e 512K -f 2
 for a in 0 1; do for p in 0 1; do run "acq:$a,pdl:$p" 15 --no-nccl -b 8 -e 8K -f 4 --acquire-load "$a" --pdl "$p"; done; done
 # Copy engine for large published-form sends.
 for ce in 1M/2 4M/1 4M/2 32M/2; do
-  run "ce:$ce" 40 --no-nccl -b 4M -e 256M -f 4 --ce-min "${ce%/*}" --ce-lanes "${ce#*/}"
+  run "ce:${ce//\//x}" 40 --no-nccl -b 4M -e 256M -f 4 --ce-min "${ce%/*}" --ce-lanes "${ce#*/}"
 done
 # One table. Columns of bench_transport: bytes impl sendrecv_us GB/s oneway_us GB/s wrong.
 printf '\n%-12s %-14s %10s %10s %10s %10s %10s %6s\n' bytes config pub_1way raw_1way pub_sr raw_sr nccl_1way wrong

@@ -85,7 +85,7 @@ class NcclSide {
       return;
     }
     lib_->check(lib_->comm_init_rank(&ncomm_, n, all[0].id, me), "ncclCommInitRank");
-    if (me == 0) std::printf("# nccl version %d\n", lib_->version());
+    if (me == 0) std::printf("# nccl version %d from %s\n", lib_->version(), lib_->path().c_str());
     set_run(c, plain, send, recv);
     if (lib_->mem_alloc && lib_->window_register && lib_->window_deregister && lib_->mem_free) {
       lib_->check(lib_->mem_alloc(&rsend_, bytes), "ncclMemAlloc");

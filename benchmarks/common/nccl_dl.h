@@ -3,6 +3,9 @@
 // types and entry points the allreduce benchmark needs are declared, with NCCL's ABI values.
 #pragma once
 #include <dlfcn.h>
+#include <link.h>
+#include <limits.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <stdexcept>
@@ -23,14 +26,27 @@ enum RedOp : int { Sum = 0, Prod = 1, Max = 2, Min = 3 };
 
 class Library {
  public:
-  // Loads NCCL; available() is false (with why()) when it is missing or incomplete.
+  // Loads NCCL; available() is false (with why()) when it is missing or incomplete. Which file:
+  // PEERLINK_NCCL_LIBRARY when set, else the soname "libnccl.so.2" -- but never peerlink's own
+  // NCCL-compatible libnccl.so.2: the benchmarks' RUNPATH is BUILD/lib, where `make nccl` puts
+  // it, and a soname lookup then compares peerlink with itself (2026-11-23 session 5: the "NCCL"
+  // columns equalled peerlink's NCCL form at every size). A file with libpeerlink.so beside it is
+  // that library; then the usual install places are tried by absolute path.
   Library() {
-    handle_ = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-    if (!handle_) {
-      const char* e = dlerror();
-      why_ = std::string("dlopen(libnccl.so.2) failed: ") + (e ? e : "?");
-      return;
+    const char* env = std::getenv("PEERLINK_NCCL_LIBRARY");
+    if (env && *env) {
+      open(env);
+    } else if (open("libnccl.so.2") && is_peerlink_shim()) {
+      std::string shim = path_;
+      dlclose(handle_);
+      handle_ = nullptr;
+      for (const char* p : {"/usr/lib/x86_64-linux-gnu/libnccl.so.2", "/usr/lib/aarch64-linux-gnu/libnccl.so.2",
+                            "/usr/lib64/libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2", "/usr/local/lib/libnccl.so.2"})
+        if (::access(p, R_OK) == 0 && open(p)) break;
+      if (!handle_) why_ = "libnccl.so.2 is peerlink's own (" + shim + ") and no other NCCL was found: set PEERLINK_NCCL_LIBRARY";
     }
+    if (!handle_) return;
+    why_.clear();
     if (!sym(get_unique_id, "ncclGetUniqueId") || !sym(comm_init_rank, "ncclCommInitRank") ||
         !sym(all_reduce, "ncclAllReduce") || !sym(comm_destroy, "ncclCommDestroy") ||
         !sym(error_string, "ncclGetErrorString"))
@@ -59,6 +75,7 @@ class Library {
   Library& operator=(const Library&) = delete;
 
   bool available() const { return ok_; }
+  const std::string& path() const { return path_; }  // the file that was loaded
   const std::string& why() const { return why_; }
   int version() const {
     int v = 0;
@@ -102,7 +119,27 @@ class Library {
   void opt(Fn& fn, const char* name) {
     fn = reinterpret_cast<Fn>(dlsym(handle_, name));
   }
+  bool open(const char* name) {
+    handle_ = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!handle_) {
+      const char* e = dlerror();
+      why_ = std::string("dlopen(") + name + ") failed: " + (e ? e : "?");
+      return false;
+    }
+    path_ = name;
+    link_map* lm = nullptr;
+    if (dlinfo(handle_, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && *lm->l_name) path_ = lm->l_name;
+    return true;
+  }
+  bool is_peerlink_shim() const {
+    char real[PATH_MAX];
+    if (!::realpath(path_.c_str(), real)) return false;
+    std::string dir(real);
+    dir.resize(dir.rfind('/') + 1);
+    return ::access((dir + "libpeerlink.so").c_str(), F_OK) == 0;
+  }
   void* handle_ = nullptr;
+  std::string path_;
   bool ok_ = false;
   std::string why_;
 };

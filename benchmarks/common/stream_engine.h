@@ -32,23 +32,6 @@ struct StreamBenchConfig {
   std::string knobs;  // printed in the header (the Options::stream_* in effect)
 };
 
-// ncclSend / ncclRecv / ncclGroupStart / ncclGroupEnd, looked up in the NCCL that nccl::Library loaded.
-struct NcclP2p {
-  int (*send)(const void*, size_t, int, int, void*, void*) = nullptr;
-  int (*recv)(void*, size_t, int, int, void*, void*) = nullptr;
-  int (*group_start)() = nullptr;
-  int (*group_end)() = nullptr;
-  bool load() {
-    void* h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
-    if (!h) return false;
-    send = reinterpret_cast<decltype(send)>(dlsym(h, "ncclSend"));
-    recv = reinterpret_cast<decltype(recv)>(dlsym(h, "ncclRecv"));
-    group_start = reinterpret_cast<decltype(group_start)>(dlsym(h, "ncclGroupStart"));
-    group_end = reinterpret_cast<decltype(group_end)>(dlsym(h, "ncclGroupEnd"));
-    return send && recv && group_start && group_end;
-  }
-};
-
 class StreamBench {
  public:
   struct Impl {
@@ -113,20 +96,20 @@ class StreamBench {
     if (nccl_comm_)
       impls.push_back({"nccl",
                        [&](size_t n) {
-                         nccl_check(nccl_.group_start(), "ncclGroupStart");
-                         nccl_check(nccl_.send(src, n, /*ncclUint8*/ 1, peer, nccl_comm_, stream), "ncclSend");
-                         nccl_check(nccl_.recv(dst, n, 1, peer, nccl_comm_, stream), "ncclRecv");
-                         nccl_check(nccl_.group_end(), "ncclGroupEnd");
+                         nccl_check(lib_->group_start(), "ncclGroupStart");
+                         nccl_check(lib_->send(src, n, /*ncclUint8*/ 1, peer, nccl_comm_, stream), "ncclSend");
+                         nccl_check(lib_->recv(dst, n, 1, peer, nccl_comm_, stream), "ncclRecv");
+                         nccl_check(lib_->group_end(), "ncclGroupEnd");
                        },
                        [&](size_t n, bool sender) {
-                         if (sender) nccl_check(nccl_.send(src, n, 1, peer, nccl_comm_, stream), "ncclSend");
-                         else nccl_check(nccl_.recv(dst, n, 1, peer, nccl_comm_, stream), "ncclRecv");
+                         if (sender) nccl_check(lib_->send(src, n, 1, peer, nccl_comm_, stream), "ncclSend");
+                         else nccl_check(lib_->recv(dst, n, 1, peer, nccl_comm_, stream), "ncclRecv");
                        },
                        dst});
     if (me == 0) {
       std::printf("# bench_transport mode=stream device(rank0)=%d graph=%d iters=%d warmup=%d nccl=%s\n",
                   comm_.device(), int(c_.graph && gpu), c_.iters, c_.warmup,
-                  nccl_comm_ ? "yes" : nccl_why.c_str());
+                  nccl_comm_ ? ("yes, " + lib_->path()).c_str() : nccl_why.c_str());
       if (!c_.knobs.empty()) std::printf("# knobs: %s\n", c_.knobs.c_str());
       std::printf("# sendrecv: us per iteration (both ranks send and receive, one group); pingpong: one-way = "
                   "round trip / 2\n");
@@ -238,7 +221,7 @@ class StreamBench {
     nccl::disable_nvls();
     lib_ = std::make_unique<nccl::Library>();
     if (!lib_->available()) why = lib_->why();
-    else if (!nccl_.load()) why = "libnccl.so.2 lacks ncclSend/ncclRecv/ncclGroupStart/ncclGroupEnd";
+    else if (!lib_->send || !lib_->recv || !lib_->group_start || !lib_->group_end) why = "libnccl.so.2 lacks ncclSend/ncclRecv/ncclGroupStart/ncclGroupEnd";
     mine.ok = why.empty();
     if (mine.ok && comm_.rank() == 0) lib_->check(lib_->get_unique_id(&mine.id), "ncclGetUniqueId");
     char* d = static_cast<char*>(peerlink::device::alloc(2 * sizeof(Wire)));
@@ -262,7 +245,6 @@ class StreamBench {
   std::vector<char> host_src_, host_dst_;
   peerlink::device::Event ev0_ = nullptr, ev1_ = nullptr;
   std::unique_ptr<nccl::Library> lib_;
-  NcclP2p nccl_;
   nccl::Comm nccl_comm_ = nullptr;
 };
 

@@ -273,8 +273,8 @@ TEST(StreamGpuKnobs, GraphReplayLLAndCopyEngine) {
     Communicator comm(uid, rank, 2, rank, opts(kn));
     const int peer = 1 - rank;
     const size_t kLL = (size_t(100) << 10) + 5, kRaw = size_t(128) << 10, kCE = (size_t(3) << 20) + 9;
-    const size_t cap = kCE;
-    Dev a(kLL), b(kRaw), c(cap), rb(kRaw), pub(cap);
+    const size_t cap = 4096 + kCE;  // the copy-engine message lands at offset 4096
+    Dev a(kLL), b(kRaw), c(kCE), rb(kRaw), pub(cap);
     comm.notify_ipc_buffer(peer, 5, pub.p, cap, 1);
     comm.barrier();
     gpu::Stream s = gpu::stream_create();
