@@ -127,8 +127,11 @@ struct Options {
   // Auto selection of those collectives (every rank must agree). LL for pieces up to coll_ll_max
   // bytes (PEERLINK_COLL_LL_MAX, [0, 2^28]; also bounded by allreduce_ll_max, which sizes the LL
   // area); copy engines for all_gather, broadcast and all_to_all pieces of at least coll_ce_min bytes
-  // (PEERLINK_COLL_CE_MIN; 0 = auto never picks them). Both UNMEASURED guesses until a sweep sets them.
-  size_t coll_ll_max = size_t(64) << 10;
+  // (PEERLINK_COLL_CE_MIN; 0 = auto never picks them). Measured on 2x H200 (2026-11-23, session 5,
+  // scripts/gpu_coll_sweep.sh, bf16 graph): LL up to 512 KB against push at 64 KB: broadcast 4.40 vs
+  // 7.19 us at 512 KB, reduce 4.29 vs 6.93, reduce_scatter 5.91 vs 9.33 us at 1 MB; copy engines
+  // lost to push kernels at every size 2-128 MB for every op (e.g. all_gather 128 MB 307 vs 258 us).
+  size_t coll_ll_max = size_t(512) << 10;
   size_t coll_ce_min = 0;
   // Copy-engine path: bytes per piece per step (PEERLINK_COLL_CE_CHUNK_BYTES, 0 = the scratch
   // position, allreduce_scratch_bytes' value, which also bounds it) and copy streams for the pushes
@@ -145,19 +148,21 @@ struct Options {
   int stream_blocks = 0;
   // GPU messages up to this many bytes travel as LL lines (flag in every 16-byte line: no fence, no
   // ready flag), split over several blocks (one per 8 KB); 0 = never (PEERLINK_STREAM_LL_MAX,
-  // [0, 512 KB], rounded up to 8). Every rank must agree (the area layout follows it). 8 KB: the
-  // single-block LL measured on 2x H200 (larger values not yet measured: scripts/gpu_stream_sweep.sh).
-  size_t stream_ll_max = size_t(8) << 10;
+  // [0, 512 KB], rounded up to 8). Every rank must agree (the area layout follows it). 256 KB:
+  // measured on 2x H200 (2026-11-23, scripts/gpu_stream_sweep.sh, published one-way in a graph):
+  // 5.62 us at 128 KB and 6.29 at 256 KB against 8.43 / 8.87 with 8 KB, the same below 16 KB, and
+  // no gain at 512 KB (9.54 either way).
+  size_t stream_ll_max = size_t(256) << 10;
   // GPU published-form sends of at least this many bytes are copied by the copy engine (a small
   // kernel waits for the posted recv, cudaMemcpyAsync on stream_ce_lanes lanes, a small kernel
   // publishes ready) when the call is not part of a group with other kinds of operations; 0 = never
   // (PEERLINK_STREAM_CE_MIN, [0, 2^40]). In that path a (buffer, offset, len) mismatch with the recv
   // is still reported, but the bytes land at the sender's range of the published buffer.
   size_t stream_ce_min = 0;
-  // After a spin saw a peer's flag: 1 = one ld.acquire.sys of the flag, 0 = fence.acq_rel.sys (the
-  // measured default) (PEERLINK_STREAM_ACQUIRE_LOAD=0|1; the same ordering, possibly cheaper; HIP:
-  // always the fence).
-  bool stream_acquire_load = false;
+  // After a spin saw a peer's flag: 1 = one ld.acquire.sys of the flag, 0 = fence.acq_rel.sys
+  // (PEERLINK_STREAM_ACQUIRE_LOAD=0|1; the same ordering; HIP: always the fence). 1 measured faster
+  // on 2x H200 (2026-11-23, with PDL): 3.75 against 4.46 us one-way at 8 B, 3.79 / 4.39 at 512 B.
+  bool stream_acquire_load = true;
   int stream_ce_lanes = 2;  // copy-engine lanes (forked streams) of that path (PEERLINK_STREAM_CE_LANES, [1, 4])
 
   // ---- the NCCL-compatible library (src/nccl/, libnccl.so.2); the rest of the library ignores them.

@@ -101,6 +101,8 @@ Loaded load(const std::string& configured) {
     l.fns.path = rp;
 #define PL_REAL_FN(name) l.fns.name = reinterpret_cast<decltype(&::name)>(dlsym(h, #name));
 #include "real_fns.inc"
+    PL_REAL_FN(ncclDevCommCreate)
+    PL_REAL_FN(ncclDevCommDestroy)
 #undef PL_REAL_FN
     return l;
   }

@@ -7,6 +7,8 @@
 #pragma once
 #include <nccl.h>
 
+#include "device_api.h"
+
 #include <string>
 
 namespace peerlink::nccl {
@@ -16,6 +18,8 @@ namespace peerlink::nccl {
 struct RealNccl {
 #define PL_REAL_FN(name) decltype(&::name) name = nullptr;
 #include "real_fns.inc"
+  PL_REAL_FN(ncclDevCommCreate)  // device API (device_api.h): not in nccl.h, null in an older NCCL
+  PL_REAL_FN(ncclDevCommDestroy)
 #undef PL_REAL_FN
   std::string path;  // what was opened
 };

@@ -21,6 +21,11 @@ namespace {
 
 std::mutex g_mu;
 std::mutex g_check_mu;  // held across a live copy check (cached_live_checks)
+// Held across a probe (load_system, job_system): communicators created at once on several threads
+// of one process (nccl-tests -g 2 / -t 2) share one probe instead of running NVML and sysfs reads
+// concurrently. On 2x H200 a third of such nccl-tests runs decided "relay" for the NVLink pair
+// (session 5, reason not logged then); concurrent probes were one candidate, now excluded.
+std::mutex g_probe_mu;
 std::map<std::string, System> g_systems;           // "machine" or "xml:<path>:<size>:<mtime>"
 std::map<std::string, std::string> g_copy_checks;  // "<bus a>|<bus b>" -> "" or the failure
 
@@ -38,6 +43,7 @@ System load_system(const Options& opts) {
               ? cat("xml:", opts.topo_file, ":", st.st_size, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec)
               : cat("xml:", opts.topo_file, ":missing");
   }
+  std::lock_guard<std::mutex> one(g_probe_mu);
   {
     std::lock_guard<std::mutex> lk(g_mu);
     auto it = g_systems.find(key);
@@ -164,6 +170,7 @@ System job_system(const Options& opts, const std::vector<std::string>& bus_ids) 
     key += (ids.back().empty() ? b : ids.back()) + ",";
   }
   if (!opts.topo_file.empty()) return subsystem(load_system(opts), ids);
+  std::lock_guard<std::mutex> one(g_probe_mu);
   {
     std::lock_guard<std::mutex> lk(g_mu);
     auto it = g_systems.find(key);

@@ -254,6 +254,12 @@ Path CommImpl::path_to(int peer) const {
   return transport_->peer(peer).path;
 }
 
+std::string CommImpl::path_reason(int peer) const {
+  Scope s(*this, "path_reason");
+  validate_peer(peer, "path_reason");
+  return transport_->peer(peer).path_reason;
+}
+
 Completion CommImpl::completion_with(int peer) const {
   Scope s(*this, "completion_with");
   validate_peer(peer, "completion_with");

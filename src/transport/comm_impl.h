@@ -63,6 +63,7 @@ class CommImpl final : public CommServices {
   void close();
   bool closed() const { return closed_.load(std::memory_order_acquire); }
   Path path_to(int peer) const;
+  std::string path_reason(int peer) const;  // why path_to(peer) is what it is
   Completion completion_with(int peer) const;
   CommStats stats() const;
 

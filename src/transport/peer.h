@@ -5,6 +5,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "common/shm_segment.h"
 #include "transport/link.h"
@@ -14,6 +15,7 @@ namespace peerlink::detail {
 struct Peer {
   int rank = -1;
   Path path = Path::Direct;
+  std::string path_reason;  // why (this rank's topology decision, or the peer asked to relay)
   Completion completion = Completion::Ring;
 
   // Segments mapped for this pair: in_seg pair peer->me (I created it), out_seg pair me->peer,

@@ -110,8 +110,14 @@ void Transport::setup_links() {
     peer->rank = p;
     bool relay = ((mask >> p) & 1) || ((masks[p] >> rank_) & 1);
     peer->path = relay ? Path::Relay : Path::Direct;
-    common::log_line(LogLevel::Info, opts_.log_level,
-                     cat("rank ", rank_, " <-> ", p, ": ", to_string(peer->path), " (", choices[p].reason, ")"));
+    peer->path_reason = ((masks[p] >> rank_) & 1) && !((mask >> p) & 1)
+                            ? cat("rank ", p, " asked to relay (here: ", choices[p].reason, ")")
+                            : choices[p].reason;
+    // A GPU pair relayed by the topology (not by a setting) is slow and worth a warning with its reason.
+    const bool surprising = relay && !bus_ids[p].empty() && !bus_ids[rank_].empty() && opts_.path != Path::Relay &&
+                            !opts_.p2p_disable;
+    common::log_line(surprising ? LogLevel::Warn : LogLevel::Info, opts_.log_level,
+                     cat("rank ", rank_, " <-> ", p, ": ", to_string(peer->path), " (", peer->path_reason, ")"));
     peers_[p] = std::move(peer);
   }
   // Only the job's ranks may fetch this process's exported descriptors (and only theirs are opened).

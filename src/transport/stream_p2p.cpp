@@ -154,7 +154,8 @@ void StreamEngine::bind_peer(int peer) {
   // has no stream-ordered path yet.
   if (!host_ && impl_.path_to(peer) != Path::Direct)
     throw UnsupportedError(cat("stream-ordered send/recv with rank ", peer, ": the pair uses the ",
-                               to_string(impl_.path_to(peer)), " path (no peer access); only direct pairs are supported"));
+                               to_string(impl_.path_to(peer)), " path (", impl_.path_reason(peer),
+                               "); only direct pairs are supported"));
   std::shared_ptr<void> hold;
   // The header first: an area of another geometry may be shorter than ours (the check below names why).
   void* base = impl_.map_published(peer, kAreaBufId, 1, 0, kHeaderBytes, "stream setup", &hold);

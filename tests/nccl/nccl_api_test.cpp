@@ -30,6 +30,14 @@ ncclComm_t init(int n, const ncclUniqueId& id, int rank) {
 
 }  // namespace
 
+// The device API's host functions (nccl_device/core.h needs nvcc): declared as the shim exports them.
+extern "C" {
+struct ncclDevCommRequirements;
+struct ncclDevComm;
+ncclResult_t ncclDevCommCreate(ncclComm_t, const ncclDevCommRequirements*, ncclDevComm*);
+ncclResult_t ncclDevCommDestroy(ncclComm_t, const ncclDevComm*);
+}
+
 TEST(NcclApi, VersionErrorStringsAndArgumentChecks) {
   int v = 0;
   ASSERT_EQ(ncclGetVersion(&v), ncclSuccess);
@@ -81,6 +89,12 @@ TEST(NcclApi, OneRankQueriesRegistrationAndErrors) {
   ncclWindow_t w = nullptr;
   ASSERT_EQ(ncclCommWindowRegister(c, b.data(), b.size() * 4, &w, NCCL_WIN_COLL_SYMMETRIC), ncclSuccess);
   EXPECT_EQ(ncclCommWindowDeregister(c, w), ncclSuccess);
+  // NCCL's device API (torch imports it) is exported and refused on a peerlink communicator.
+  EXPECT_EQ(ncclDevCommCreate(c, nullptr, nullptr), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(c)).find("ncclDevCommCreate: NCCL's device API is not available"),
+            std::string::npos);
+  EXPECT_EQ(ncclDevCommDestroy(c, nullptr), ncclInvalidUsage);
+  EXPECT_EQ(ncclDevCommDestroy(nullptr, nullptr), ncclInvalidArgument);
   // Bad arguments are rejected before anything is queued.
   EXPECT_EQ(ncclAllReduce(a.data(), b.data(), 64, static_cast<ncclDataType_t>(99), ncclSum, c, nullptr),
             ncclInvalidArgument);

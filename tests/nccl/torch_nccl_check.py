@@ -100,7 +100,9 @@ def check(name, mode, got, want, rank):
 def main():
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
-    local = int(os.environ.get("LOCAL_RANK", rank))
+    # Ranks beyond the GPU count share GPUs: the real NCCL refuses that, peerlink's library does not,
+    # so a one-GPU machine still runs the check through the shim.
+    local = int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count()
     torch.cuda.set_device(local)
     dev = torch.device("cuda", local)
     dist.init_process_group("nccl", device_id=dev)

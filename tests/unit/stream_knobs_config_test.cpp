@@ -42,20 +42,20 @@ TEST(StreamKnobsConfig, FromEnv) {
   env.set("PEERLINK_STREAM_LL_MAX", "131072");
   env.set("PEERLINK_STREAM_CE_MIN", "33554432");
   env.set("PEERLINK_STREAM_CE_LANES", "3");
-  env.set("PEERLINK_STREAM_ACQUIRE_LOAD", "1");
+  env.set("PEERLINK_STREAM_ACQUIRE_LOAD", "0");
   Options o = Options::from_env();
   EXPECT_EQ(o.stream_ll_max, size_t(128) << 10);
   EXPECT_EQ(o.stream_ce_min, size_t(32) << 20);
   EXPECT_EQ(o.stream_ce_lanes, 3);
-  EXPECT_TRUE(o.stream_acquire_load);
+  EXPECT_FALSE(o.stream_acquire_load);
 }
 
 TEST(StreamKnobsConfig, Defaults) {
   Options o;
-  EXPECT_EQ(o.stream_ll_max, size_t(8) << 10);  // the single-block LL measured on 2x H200
+  EXPECT_EQ(o.stream_ll_max, size_t(256) << 10);  // multi-block LL, measured on 2x H200
   EXPECT_EQ(o.stream_ce_min, 0u);               // copy engine off
   EXPECT_EQ(o.stream_ce_lanes, 2);
-  EXPECT_FALSE(o.stream_acquire_load);
+  EXPECT_TRUE(o.stream_acquire_load);
   EXPECT_NO_THROW(o.validate());
 }
 
