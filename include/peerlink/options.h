@@ -90,13 +90,11 @@ struct Options {
   // ---- memory exported by file descriptor (GPU VMM allocations; host memfd memory).
   DescriptorPassing fd_passing = DescriptorPassing::Auto;  // PEERLINK_FD_PASSING=auto|pidfd|socket
   // Host backend: alloc() makes memfd chunks mapped back to back and exported by descriptor, like a
-  // VMM allocation on a GPU, instead of one named POSIX SHM segment (PEERLINK_HOST_FD=0|1).
-  // Off by default for now: with it on, the Python Ctrl-C tests (py/tests/test_interrupt.py,
-  // test_errors.py::test_ctrl_c_interrupts_wait) failed in full-suite runs started from a background
-  // shell (no KeyboardInterrupt within 30 s), not diagnosed yet; the C++ suite passes either way and
-  // the descriptor machinery is exercised in CI by the tests that set it (MpFdTwoComms*, FdPassing*,
-  // FdTransport*). 0 = the named segments (the transport's own segments are named either way).
-  bool host_fd = false;
+  // VMM allocation on a GPU, instead of one named POSIX SHM segment (PEERLINK_HOST_FD=0|1), so
+  // that every host-backend run (CI) goes through the descriptor machinery. 0 = the named segments
+  // (the transport's own segments are named either way). (It was off for a session: Python Ctrl-C
+  // tests failed in background runs; the cause was SIGINT ignored by the shell, with it on or off.)
+  bool host_fd = true;
   // Host fd memory: bytes per memfd chunk, page-rounded (PEERLINK_HOST_CHUNK_BYTES; 0 = one chunk).
   size_t host_chunk_bytes = 0;
 

@@ -114,6 +114,26 @@ def _entry(fn, rank, world, kind, uid, comm_timeout, make_comm, env, args, conn)
         conn.close()
 
 
+class sigint_raises:
+    """Within it, SIGINT raises KeyboardInterrupt in this process, whatever it inherited: a shell
+    runs background commands (`cmd &` without job control) with SIGINT ignored, the ignore survives
+    exec into every spawned rank, and Python then installs no handler (a Ctrl-C test started that
+    way sees no KeyboardInterrupt; `timeout` hides it, as it catches SIGINT and its child starts
+    with the default)."""
+
+    def __enter__(self):
+        import signal
+
+        self._old = signal.signal(signal.SIGINT, signal.default_int_handler)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        signal.signal(signal.SIGINT, self._old)
+        return False
+
+
 def unique_id(name: str) -> str:
     """A fresh unique id that starts with the test run's tag ($PEERLINK_TEST_RUN, exported by
     `make test`; "t" by hand), as tests/support/mp.h's unique_test_id: the leak check

@@ -6,7 +6,7 @@ Afterwards: the abandoned constructor left nothing in /dev/shm (run_ranks checks
 wait can be retried, an interrupted barrier or allreduce refuses the next one."""
 import pytest
 
-from plmp import run_ranks
+from plmp import run_ranks, sigint_raises
 
 COMM_TIMEOUT = 30.0
 SIGNAL_AFTER = 0.5
@@ -27,13 +27,14 @@ def _interrupted(call):
         sent.append(time.monotonic())
         os.kill(os.getpid(), signal.SIGINT)
 
-    timer = threading.Timer(SIGNAL_AFTER, fire)
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            call()
-    finally:
-        timer.cancel()
+    with sigint_raises():
+        timer = threading.Timer(SIGNAL_AFTER, fire)
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                call()
+        finally:
+            timer.cancel()
     took = time.monotonic() - sent[0]
     assert took < PROMPT, f"KeyboardInterrupt {took:.2f} s after SIGINT"
     return took
