@@ -4,13 +4,13 @@
 # GPU steps the other parts provide. Everything goes under $OUT: a summary log plus one tarball
 # (the device tool returns at most 8 files).
 #   STEPS="build pyquick contract quick arvariants arbench lat stream colls topo bench coll py" (default:
-#   build contract stream colls topo bench coll py); steps run in that order. DEADLINE=S skips steps after S seconds.
+#   build contract stream colls vmm topo bench coll py); steps run in that order. DEADLINE=S skips steps after S seconds.
 set -u
 OUT=${OUT:-/tmp/peerlink-gpu-out}
 mkdir -p "$OUT/r"
 R="$OUT/r"
 LOG="$OUT/gpu_check.log"
-STEPS=${STEPS:-"build contract stream colls topo bench coll py"}
+STEPS=${STEPS:-"build contract stream colls vmm topo bench coll py"}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
 BUILD=build-cuda
@@ -94,9 +94,16 @@ fi
 if has colls; then  # the other collectives: GPU tests (2 ranks; 4 ranks on 2 GPUs), peerlink vs NCCL per op
   PEERLINK_TEST_GPUS=2 run_step colls_gtest 240 $T --gtest_filter='CollectivesGpu.*'
   PEERLINK_TEST_GPUS=2 PEERLINK_TEST_DEVICES=0,1,0,1 run_step colls_gtest4 240 $T --gtest_filter='CollectivesGpu.*'
+  [ "${COLLS8:-1}" = 1 ] && PEERLINK_TEST_GPUS=2 PEERLINK_TEST_DEVICES=0,1,0,1,0,1,0,1 \
+    run_step colls_gtest8 300 $T --gtest_filter='CollectivesGpu.*'  # 8 ranks, 4 processes per GPU (issue 14)
   for op in ${COLL_OPS:-all_gather reduce_scatter broadcast reduce alltoall}; do
     run_step colls_$op 90 $BUILD/bin/bench_collectives --op $op --gpus 0,1 -b 8 -e 256M -f 4 -n 20 -w 5 -d bfloat16 -G 1
   done
+fi
+if has vmm; then  # memory exported by descriptor (issue 15): capture, two communicators, first-use cost
+  D=0,1; [ "$NGPU" -ge 2 ] || D=0,0
+  PEERLINK_TEST_GPUS=2 PEERLINK_TEST_DEVICES=$D run_step vmm_gtest 180 $T --gtest_filter='*Vmm*:MpFdTwoComms*'
+  PEERLINK_BENCH_DEVICES=$D run_step vmm_first_use 120 $BUILD/bin/bench_micro --benchmark_filter='FirstUse|Steady'
 fi
 if has topo && [ -x $BUILD/bin/peerlink-topo ]; then
   run_step topo 60 bash -c "$BUILD/bin/peerlink-topo && $BUILD/bin/peerlink-topo --json"
