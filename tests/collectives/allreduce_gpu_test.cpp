@@ -75,12 +75,12 @@ TEST(AllreduceGpu, CorrectnessAllAlgos) {
   HashTable hashes(2, kCases);
   std::string uid = unique_test_id("gar");
   std::string fail = run_ranks(2, [&](int rank) {
-    gpu::set_device(pltest::gpu_test_devices()[rank]);
+    gpu::set_device(pltest::gpu_test_device(rank));
     int c = 0;
     int vi = 0;
     for (const Variant& v : kVariants) {
       const char* algo = v.algo;
-      Communicator comm(uid + std::to_string(vi++), rank, 2, pltest::gpu_test_devices()[rank], opts(algo));
+      Communicator comm(uid + std::to_string(vi++), rank, 2, pltest::gpu_test_device(rank), opts(algo));
       ScopedEnv env(v.env);
       gpu::Stream s = gpu::stream_create();
       for (DataType t : types)
@@ -141,8 +141,8 @@ TEST(AllreduceGpu, BackToBackAndTwoStreams) {
   REQUIRE_GPUS();
   std::string uid = unique_test_id("gar-b2b");
   std::string fail = run_ranks(2, [&](int rank) {
-    gpu::set_device(pltest::gpu_test_devices()[rank]);
-    Communicator comm(uid, rank, 2, pltest::gpu_test_devices()[rank], opts(""));
+    gpu::set_device(pltest::gpu_test_device(rank));
+    Communicator comm(uid, rank, 2, pltest::gpu_test_device(rank), opts(""));
     for (size_t n : {1, 1000, 65536, 1 << 20, 5 << 20}) {
       doubling(rank, comm, n, 1000, false, "one stream n=" + std::to_string(n));
       doubling(rank, comm, n, 1000, true, "two streams n=" + std::to_string(n));
@@ -156,12 +156,12 @@ TEST(AllreduceGpu, GraphCapture) {
   REQUIRE_GPUS();
   std::string uid = unique_test_id("gar-graph");
   std::string fail = run_ranks(2, [&](int rank) {
-    gpu::set_device(pltest::gpu_test_devices()[rank]);
+    gpu::set_device(pltest::gpu_test_device(rank));
     int vi = 0;
     for (const Variant& v : kVariants) {
       if (!*v.algo) continue;
       const char* algo = v.algo;
-      Communicator comm(uid + std::to_string(vi++), rank, 2, pltest::gpu_test_devices()[rank], opts(algo));
+      Communicator comm(uid + std::to_string(vi++), rank, 2, pltest::gpu_test_device(rank), opts(algo));
       ScopedEnv env(v.env);
       size_t n = 100003;
       DevBuf in(n * 4), out(n * 4), dbl(n * 8);
@@ -201,8 +201,8 @@ TEST(AllreduceGpu, DeviceTimeoutIsReported) {
   REQUIRE_GPUS();
   std::string uid = unique_test_id("gar-timeout");
   std::string fail = run_ranks(2, [&](int rank) {
-    gpu::set_device(pltest::gpu_test_devices()[rank]);
-    Communicator comm(uid, rank, 2, pltest::gpu_test_devices()[rank], opts("", 500));
+    gpu::set_device(pltest::gpu_test_device(rank));
+    Communicator comm(uid, rank, 2, pltest::gpu_test_device(rank), opts("", 500));
     DevBuf d(4096);
     gpu::Stream s = gpu::stream_create();
     peerlink::allreduce(comm, d.p, d.p, 1024, DataType::F32, ReduceOp::Max, s);
@@ -232,10 +232,10 @@ TEST(AllreduceGpu, MisalignedBuffers) {
   std::string uid = unique_test_id("gar-misal");
   HashTable hashes(2, 16);
   std::string fail = run_ranks(2, [&](int rank) {
-    gpu::set_device(pltest::gpu_test_devices()[rank]);
+    gpu::set_device(pltest::gpu_test_device(rank));
     int c = 0;
     for (const char* algo : {"oneshot", "twoshot", "bandwidth"}) {
-      Communicator comm(uid + algo, rank, 2, pltest::gpu_test_devices()[rank], opts(algo));
+      Communicator comm(uid + algo, rank, 2, pltest::gpu_test_device(rank), opts(algo));
       gpu::Stream s = gpu::stream_create();
       for (size_t n : {size_t(1), size_t(1001), size_t(200003)}) {
         std::vector<unsigned char> in(n * 2), out(n * 2);
@@ -264,11 +264,11 @@ TEST(AllreduceGpu, SanitizerSmall) {
   REQUIRE_GPUS();
   std::string uid = unique_test_id("gar-san");
   std::string fail = run_ranks(2, [&](int rank) {
-    gpu::set_device(pltest::gpu_test_devices()[rank]);
+    gpu::set_device(pltest::gpu_test_device(rank));
     const Variant variants[] = {{"oneshot"}, {"oneshot", "PEERLINK_ALLREDUCE_LL_MAX=0"}, {"twoshot"}};
     int vi = 0;
     for (const Variant& v : variants) {
-      Communicator comm(uid + std::to_string(vi++), rank, 2, pltest::gpu_test_devices()[rank], opts(v.algo, 60000));
+      Communicator comm(uid + std::to_string(vi++), rank, 2, pltest::gpu_test_device(rank), opts(v.algo, 60000));
       ScopedEnv env(v.env);
       size_t n = 1001;
       std::vector<float> h(n), r(n);

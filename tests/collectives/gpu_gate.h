@@ -22,6 +22,12 @@ inline std::vector<int> gpu_test_devices() {
   return d;
 }
 
+// The device of `rank` in a 2-rank test: PEERLINK_TEST_DEVICES[rank], wrapping when the list is shorter
+// ("0" puts both ranks on GPU 0).
+inline int gpu_test_device(int rank) {
+  const std::vector<int> d = gpu_test_devices();
+  return d.empty() ? rank : d[static_cast<size_t>(rank) % d.size()];
+}
 }  // namespace pltest
 
 #define REQUIRE_GPUS() \

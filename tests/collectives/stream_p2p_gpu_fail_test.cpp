@@ -20,8 +20,8 @@ TEST(StreamGpu, RawLengthMismatchStopsPair) {
   REQUIRE_GPUS();
   std::string uid = unique_test_id("sg-rawlen");
   std::string fail = run_ranks(2, [&](int rank) {
-    gpu::set_device(pltest::gpu_test_devices()[rank]);
-    Communicator comm(uid, rank, 2, pltest::gpu_test_devices()[rank], opts(1500));
+    gpu::set_device(pltest::gpu_test_device(rank));
+    Communicator comm(uid, rank, 2, pltest::gpu_test_device(rank), opts(1500));
     Dev src(4096), dst(4096);
     comm.barrier();
     gpu::Stream s = gpu::stream_create();
@@ -53,8 +53,8 @@ TEST(StreamGpu, MismatchAndStall) {
   REQUIRE_GPUS();
   std::string uid = unique_test_id("sg-fail");
   std::string fail = run_ranks(2, [&](int rank) {
-    gpu::set_device(pltest::gpu_test_devices()[rank]);
-    Communicator comm(uid, rank, 2, pltest::gpu_test_devices()[rank], opts(1500));
+    gpu::set_device(pltest::gpu_test_device(rank));
+    Communicator comm(uid, rank, 2, pltest::gpu_test_device(rank), opts(1500));
     Dev src(4096), dst(4096), pub(4096);
     comm.notify_ipc_buffer(1 - rank, 4, pub.p, 4096, 1);
     comm.barrier();
@@ -93,8 +93,8 @@ TEST(StreamGpu, PeerKilled) {
   REQUIRE_GPUS();
   std::string uid = unique_test_id("sg-kill");
   std::string fail = run_ranks(2, [&](int rank) {
-    gpu::set_device(pltest::gpu_test_devices()[rank]);
-    Communicator comm(uid, rank, 2, pltest::gpu_test_devices()[rank], opts(1500));
+    gpu::set_device(pltest::gpu_test_device(rank));
+    Communicator comm(uid, rank, 2, pltest::gpu_test_device(rank), opts(1500));
     Dev dst(4096);
     gpu::Stream s = gpu::stream_create();
     poll(comm);      // both engines set up

@@ -22,8 +22,8 @@ TEST(StreamGpu, ExchangeBothForms) {
   REQUIRE_GPUS();
   std::string uid = unique_test_id("sg-ex");
   std::string fail = run_ranks(2, [&](int rank) {
-    gpu::set_device(pltest::gpu_test_devices()[rank]);
-    Communicator comm(uid, rank, 2, pltest::gpu_test_devices()[rank], opts());
+    gpu::set_device(pltest::gpu_test_device(rank));
+    Communicator comm(uid, rank, 2, pltest::gpu_test_device(rank), opts());
     const int peer = 1 - rank;
     const size_t sizes[] = {0,
                             8,
@@ -72,8 +72,8 @@ TEST(StreamGpu, ThousandsInFlight) {
   REQUIRE_GPUS();
   std::string uid = unique_test_id("sg-many");
   std::string fail = run_ranks(2, [&](int rank) {
-    gpu::set_device(pltest::gpu_test_devices()[rank]);
-    Communicator comm(uid, rank, 2, pltest::gpu_test_devices()[rank], opts());
+    gpu::set_device(pltest::gpu_test_device(rank));
+    Communicator comm(uid, rank, 2, pltest::gpu_test_device(rank), opts());
     const int kMsgs = 2000;
     const size_t kLen = 1000;
     Dev src(kMsgs * kLen), dst(kMsgs * kLen), pub(kMsgs * kLen);
@@ -113,8 +113,8 @@ TEST(StreamGpu, GraphReplay1000) {
   REQUIRE_GPUS();
   std::string uid = unique_test_id("sg-graph");
   std::string fail = run_ranks(2, [&](int rank) {
-    gpu::set_device(pltest::gpu_test_devices()[rank]);
-    Communicator comm(uid, rank, 2, pltest::gpu_test_devices()[rank], opts());
+    gpu::set_device(pltest::gpu_test_device(rank));
+    Communicator comm(uid, rank, 2, pltest::gpu_test_device(rank), opts());
     const int peer = 1 - rank;
     const size_t kSmall = 4096, kBig = (size_t(2) << 20) + 17;
     Dev a(kSmall), b(kBig), ra(kSmall), rb(kBig), pub(kSmall);
@@ -161,8 +161,8 @@ TEST(StreamGpu, MultiBlockGroupsAndLargeReplay) {
   REQUIRE_GPUS();
   std::string uid = unique_test_id("sg-mb");
   std::string fail = run_ranks(2, [&](int rank) {
-    gpu::set_device(pltest::gpu_test_devices()[rank]);
-    Communicator comm(uid, rank, 2, pltest::gpu_test_devices()[rank], opts());
+    gpu::set_device(pltest::gpu_test_device(rank));
+    Communicator comm(uid, rank, 2, pltest::gpu_test_device(rank), opts());
     const int peer = 1 - rank;
     const size_t lens[] = {(size_t(300) << 10) + 3, 8, (size_t(1) << 20), (size_t(9) << 20) + 1, 0, 77};
     const size_t n = sizeof(lens) / sizeof(lens[0]);
@@ -231,8 +231,8 @@ TEST(StreamGpu, SanitizerSmall) {
   REQUIRE_GPUS();
   std::string uid = unique_test_id("sg-san");
   std::string fail = run_ranks(2, [&](int rank) {
-    gpu::set_device(pltest::gpu_test_devices()[rank]);
-    Communicator comm(uid, rank, 2, pltest::gpu_test_devices()[rank], opts());
+    gpu::set_device(pltest::gpu_test_device(rank));
+    Communicator comm(uid, rank, 2, pltest::gpu_test_device(rank), opts());
     const int peer = 1 - rank;
     Dev src(4096), dst(4096), pub(4096);
     comm.notify_ipc_buffer(peer, 1, pub.p, 4096, 1);

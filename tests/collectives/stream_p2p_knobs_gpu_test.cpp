@@ -89,8 +89,8 @@ std::vector<size_t> around(std::vector<size_t> bounds, size_t cap) {
 void exchange_all(const Knobs& kn, const std::vector<size_t>& sizes, const char* tag) {
   std::string uid = unique_test_id(tag);
   std::string fail = run_ranks(2, [&](int rank) {
-    gpu::set_device(pltest::gpu_test_devices()[rank]);
-    Communicator comm(uid, rank, 2, pltest::gpu_test_devices()[rank], opts(kn));
+    gpu::set_device(pltest::gpu_test_device(rank));
+    Communicator comm(uid, rank, 2, pltest::gpu_test_device(rank), opts(kn));
     const int peer = 1 - rank;
     size_t cap = 16;
     for (size_t s : sizes) cap = std::max(cap, 3 * s + 64);
@@ -198,11 +198,11 @@ TEST(StreamGpuKnobs, MismatchDrainsAllLines) {
   REQUIRE_GPUS();
   std::string uid = unique_test_id("sgk-mm");
   std::string fail = run_ranks(2, [&](int rank) {
-    gpu::set_device(pltest::gpu_test_devices()[rank]);
+    gpu::set_device(pltest::gpu_test_device(rank));
     Knobs kn;
     kn.ll_max = size_t(64) << 10;
     kn.ce_min = size_t(1) << 20;
-    Communicator comm(uid, rank, 2, pltest::gpu_test_devices()[rank], opts(kn, 5000));
+    Communicator comm(uid, rank, 2, pltest::gpu_test_device(rank), opts(kn, 5000));
     const size_t cap = size_t(4) << 20;
     Dev src(cap), pub(cap);
     comm.notify_ipc_buffer(1 - rank, 4, pub.p, cap, 1);
@@ -266,11 +266,11 @@ TEST(StreamGpuKnobs, GraphReplayLLAndCopyEngine) {
   REQUIRE_GPUS();
   std::string uid = unique_test_id("sgk-graph");
   std::string fail = run_ranks(2, [&](int rank) {
-    gpu::set_device(pltest::gpu_test_devices()[rank]);
+    gpu::set_device(pltest::gpu_test_device(rank));
     Knobs kn;
     kn.ll_max = size_t(128) << 10;
     kn.ce_min = size_t(2) << 20;
-    Communicator comm(uid, rank, 2, pltest::gpu_test_devices()[rank], opts(kn));
+    Communicator comm(uid, rank, 2, pltest::gpu_test_device(rank), opts(kn));
     const int peer = 1 - rank;
     const size_t kLL = (size_t(100) << 10) + 5, kRaw = size_t(128) << 10, kCE = (size_t(3) << 20) + 9;
     const size_t cap = 4096 + kCE;  // the copy-engine message lands at offset 4096
@@ -325,10 +325,10 @@ TEST(StreamGpuKnobs, LLMaxMustAgree) {
   REQUIRE_GPUS();
   std::string uid = unique_test_id("sgk-agree");
   std::string fail = run_ranks(2, [&](int rank) {
-    gpu::set_device(pltest::gpu_test_devices()[rank]);
+    gpu::set_device(pltest::gpu_test_device(rank));
     Knobs kn;
     kn.ll_max = rank == 0 ? size_t(8) << 10 : size_t(32) << 10;
-    Communicator comm(uid, rank, 2, pltest::gpu_test_devices()[rank], opts(kn, 5000));
+    Communicator comm(uid, rank, 2, pltest::gpu_test_device(rank), opts(kn, 5000));
     Dev src(64);
     gpu::Stream s = gpu::stream_create();
     MP_CHECK_THROWS(comm.send(1 - rank, src.p, 8, s), Error, "PEERLINK_STREAM_LL_MAX");
