@@ -45,7 +45,7 @@ PL_NCCL_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDat
   if (comm->route == Route::Real || comm->p2p_forward)
     return forward(comm, what, ncclSum, [=](const RealNccl* r, ncclComm_t rc, ncclRedOp_t) {
       return r->ncclSend(sendbuff, count, datatype, peer, rc, stream);
-    });
+    }, OpKind::P2p);
   say(comm, what, "peerlink send");
   size_t bytes = count * type_size(datatype);
   auto src = std::make_shared<const void*>(sendbuff);
@@ -64,7 +64,7 @@ PL_NCCL_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_
   if (comm->route == Route::Real || comm->p2p_forward)
     return forward(comm, what, ncclSum, [=](const RealNccl* r, ncclComm_t rc, ncclRedOp_t) {
       return r->ncclRecv(recvbuff, count, datatype, peer, rc, stream);
-    });
+    }, OpKind::P2p);
   say(comm, what, "peerlink recv");
   size_t bytes = count * type_size(datatype);
   Op o = peerlink_op(comm, what, OpKind::P2p, [=] { p2p_recv(comm, peer, recvbuff, bytes, stream); });

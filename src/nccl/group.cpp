@@ -149,8 +149,33 @@ void stage_overlapping_sends(ncclComm* comm, std::vector<Op*>& ops) {
   }
 }
 
-// Runs one peerlink communicator's ops: inits, then collectives in call order, then every p2p op
-// inside one peerlink group (see shim.h for why that order is safe).
+// The send/recv of a peerlink communicator forwarded to the real NCCL (a relayed pair: p2p_forward),
+// issued inside one real NCCL group. One at a time, outside a group, they deadlock: NCCL connects a
+// pair at the group end of its first send, which waits for the peer's matching receive, and the
+// peer is itself inside its own first send (nccl-tests sendrecv_perf hung so on 2x H200 whenever a
+// pair relayed, session 5). The real communicator is created before the group opens: an init
+// inside a real group completes only at its end, too late for the ops that use it.
+ncclResult_t run_forwarded_p2p(ncclComm* comm, std::vector<Op*>& ops) {
+  bool any = false;
+  for (Op* op : ops) any = any || (op->kind == OpKind::P2p && !op->on_peerlink);
+  if (!any) return ncclSuccess;
+  if (!real_comm(comm, "ncclSend/ncclRecv (forwarded)")) return ncclInvalidUsage;
+  const RealNccl* real = real_nccl(comm->opts.nccl_library);
+  if (!real) return ncclInternalError;  // loaded already by real_comm
+  ncclResult_t first = real->ncclGroupStart();
+  if (first != ncclSuccess) return first;
+  for (Op* op : ops)
+    if (op->kind == OpKind::P2p && !op->on_peerlink) {
+      ncclResult_t r = op->run();
+      if (first == ncclSuccess) first = r;
+    }
+  ncclResult_t r = real->ncclGroupEnd();  // always closed, even after a rejected op
+  return first != ncclSuccess ? first : r;
+}
+
+// Runs one peerlink communicator's ops: inits, then collectives in call order, then the forwarded
+// p2p ops inside one real group, then every peerlink p2p op inside one peerlink group (see shim.h
+// for why that order is safe).
 ncclResult_t run_peerlink_batch(ncclComm* comm, std::vector<Op*>& ops) {
   ncclResult_t first = ncclSuccess;
   auto keep = [&](ncclResult_t r) {
@@ -161,8 +186,9 @@ ncclResult_t run_peerlink_batch(ncclComm* comm, std::vector<Op*>& ops) {
   if (first != ncclSuccess) return first;
   for (Op* op : ops)
     if (op->kind == OpKind::Collective) keep(op->run());
+  keep(run_forwarded_p2p(comm, ops));
   bool any_p2p = false;
-  for (Op* op : ops) any_p2p = any_p2p || op->kind == OpKind::P2p;
+  for (Op* op : ops) any_p2p = any_p2p || (op->kind == OpKind::P2p && op->on_peerlink);
   if (!any_p2p) return first;
   if (!comm->pl) return first != ncclSuccess ? first : ncclInvalidUsage;
   try {
@@ -178,7 +204,7 @@ ncclResult_t run_peerlink_batch(ncclComm* comm, std::vector<Op*>& ops) {
     return result_of(e);
   }
   for (Op* op : ops)
-    if (op->kind == OpKind::P2p) keep(op->run());
+    if (op->kind == OpKind::P2p && op->on_peerlink) keep(op->run());
   try {
     comm->pl->group_end();  // always closed, even after a rejected op: the communicator stays usable
   } catch (const std::exception& e) {

@@ -43,15 +43,18 @@ std::shared_ptr<const ncclComm::PreMul> premul_of(ncclComm* c, ncclRedOp_t op);
 ncclResult_t with_real_op(ncclComm* c, ncclComm_t rc, ncclRedOp_t op, const ncclComm::PreMul* pm,
                           const std::function<ncclResult_t(ncclRedOp_t)>& call);
 
-// Queues `call(real, real_comm, real_op)` as a forwarded op of `c`.
+// Queues `call(real, real_comm, real_op)` as a forwarded op of `c`. Forwarded send/recv pass
+// OpKind::P2p: group end issues them inside one real NCCL group (group.cpp), as NCCL requires of
+// a rank's sends and receives that depend on each other.
 template <class F>
-ncclResult_t forward(ncclComm* c, const char* what, ncclRedOp_t op, F call) {
+ncclResult_t forward(ncclComm* c, const char* what, ncclRedOp_t op, F call, OpKind kind = OpKind::Collective) {
   say(c, what, c->route == Route::Real ? "real NCCL (communicator routed there)" : "real NCCL (forwarded)");
   std::shared_ptr<const ncclComm::PreMul> pm = premul_of(c, op);
   if (c->route == Route::Peerlink && op >= ncclNumOps && !pm)
     return bad(what, "reduction op " + std::to_string(static_cast<int>(op)) + " is not one of this communicator's");
   Op o;
   o.comm = c;
+  o.kind = kind;
   o.run = [c, what, op, pm, call]() -> ncclResult_t {
     ncclComm_t rc = c->route == Route::Real ? c->real : real_comm(c, what);
     if (!rc) return ncclInvalidUsage;
