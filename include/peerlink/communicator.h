@@ -87,6 +87,11 @@ class Communicator {
   // sends and receives (ring, all pairs) cannot deadlock. Groups do not nest (InvalidArgument).
   void group_start();
   void group_end();
+  // Throws the error that stream-ordered send/recv recorded on the device (TimeoutError,
+  // PeerLostError, Error for a pair stopped by the peer) and that is still pending; returns when
+  // there is none. Reads only: it may run on another thread beside any call (a watchdog, as
+  // NCCL's ncclCommGetAsyncError), and the next send/recv with that peer still throws it too.
+  void check_async_error();
 
   void barrier();
   // Collective, small: gathers `bytes` (<= kMaxAllgatherBytes) from every rank into

@@ -235,14 +235,19 @@ PL_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t*
     *asyncError = comm->init_result;
     return ncclSuccess;
   }
-  // Device-side timeouts and lost peers of peerlink's stream-ordered collectives are recorded on the
-  // device and surface here (allreduce_check), as NCCL reports its own asynchronous errors.
-  if (comm->pl && comm->used_collectives && comm->async_error.load() == ncclSuccess) {
+  // Device-side timeouts and lost peers of peerlink's stream-ordered collectives and send/recv are
+  // recorded on the device and surface here (allreduce_check, check_async_error: both safe beside
+  // the program's own calls on other threads), as NCCL reports its own asynchronous errors.
+  // A revoked (closed) communicator has nothing in flight to report.
+  if (comm->pl && !comm->pl->closed() && comm->async_error.load() == ncclSuccess) {
     try {
-      allreduce_check(*comm->pl);
+      if (comm->used_collectives) allreduce_check(*comm->pl);
+      comm->pl->check_async_error();
     } catch (const std::exception& e) {
-      set_last_error(std::string("async error: ") + e.what());
-      comm->async_error.store(result_of(e));
+      if (!comm->pl->closed()) {  // else closed by another thread meanwhile: "closed" is no async error
+        set_last_error(std::string("async error: ") + e.what());
+        comm->async_error.store(result_of(e));
+      }
     }
   }
   if (comm->real && comm->async_error.load() == ncclSuccess) {

@@ -62,6 +62,10 @@ void Communicator::group_end() {
   auto call = impl_->begin("group_end");  // in flight until it returns: close() waits
   detail::stream_engine(*impl_).group_end();
 }
+void Communicator::check_async_error() {
+  auto call = impl_->begin("check_async_error");  // close() waits for us
+  detail::stream_rethrow_async_error(*impl_);
+}
 void Communicator::barrier() { impl_->barrier(); }
 void Communicator::allgather_bytes(const void* mine, size_t bytes, void* all) { impl_->allgather(mine, bytes, all); }
 void Communicator::close() { impl_->close(); }

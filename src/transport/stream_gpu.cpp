@@ -18,21 +18,13 @@ namespace peerlink::detail {
 using common::cat;
 using namespace peerlink::stream;
 
-void StreamEngine::check_device_error() {
-  uint32_t w = __atomic_load_n(error_, __ATOMIC_ACQUIRE);
-  if (w == 0) return;
+// The error that error word `w` (non-zero, not a mismatch) names, as an exception. Reads only:
+// the peek of another thread (async_error) and the owner's next call build the same one.
+std::exception_ptr StreamEngine::device_error(uint32_t w) const {
   const uint32_t code = w & 0xff;
   const int peer = int((w >> 8) & 0xffff);
-  if (peer < 0 || peer >= world_ || peer == rank_) throw Error(cat("stream engine: corrupt error word ", w));
-  if (code == kErrMismatch) {
-    // The channel stayed in step (the sender wrote nothing, the receiver drained): report, go on.
-    __atomic_store_n(error_, 0u, __ATOMIC_RELEASE);
-    throw InvalidArgument(cat("recv from rank ", peer, " (stream-ordered): a message's (buffer, offset, len) or "
-                              "length differed from the matching send; nothing was written (except by a copy-engine send, "
-                              "Options::stream_ce_min, which writes the range it named)"));
-  }
-  std::exception_ptr e;
   try {
+    if (peer < 0 || peer >= world_ || peer == rank_) throw Error(cat("stream engine: corrupt error word ", w));
     impl_.check_peer_alive(peer);  // PeerLostError when it died
     if (code == kErrRawLength)
       throw InvalidArgument(cat("recv from rank ", peer, " (stream-ordered, NCCL form): the matching send had a "
@@ -46,11 +38,32 @@ void StreamEngine::check_device_error() {
     throw Error(cat("stream-ordered send/recv with rank ", peer, ": protocol violation seen on the device (code ",
                     code, ")"));
   } catch (...) {
-    e = std::current_exception();
+    return std::current_exception();
   }
+}
+
+void StreamEngine::check_device_error() {
+  uint32_t w = __atomic_load_n(error_, __ATOMIC_ACQUIRE);
+  if (w == 0) return;
+  const int peer = int((w >> 8) & 0xffff);
+  if ((w & 0xff) == kErrMismatch && peer >= 0 && peer < world_ && peer != rank_) {
+    // The channel stayed in step (the sender wrote nothing, the receiver drained): report, go on.
+    __atomic_store_n(error_, 0u, __ATOMIC_RELEASE);
+    throw InvalidArgument(cat("recv from rank ", peer, " (stream-ordered): a message's (buffer, offset, len) or "
+                              "length differed from the matching send; nothing was written (except by a copy-engine send, "
+                              "Options::stream_ce_min, which writes the range it named)"));
+  }
+  std::exception_ptr e = device_error(w);
   // The kernels of this pair stop at once from now on (its abort word is set): the pair is broken.
-  broken_[peer] = e;
+  if (peer >= 0 && peer < world_ && peer != rank_) broken_[peer] = e;
   std::rethrow_exception(e);
+}
+
+void StreamEngine::rethrow_async_error() const {
+  if (host_ || !error_) return;  // the host backend reports every failure at the call itself
+  uint32_t w = __atomic_load_n(error_, __ATOMIC_ACQUIRE);
+  if (w == 0 || (w & 0xff) == kErrMismatch) return;  // a mismatch leaves the pair usable: not asynchronous
+  std::rethrow_exception(device_error(w));
 }
 
 void StreamEngine::reap_inflight(bool wait_all) {

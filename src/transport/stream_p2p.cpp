@@ -43,6 +43,15 @@ StreamEngine& stream_engine(CommImpl& impl) {
   return *static_cast<StreamEngine*>(slot.get());
 }
 
+void stream_rethrow_async_error(CommImpl& impl) {
+  std::shared_ptr<void> engine;  // held: close() frees the engine only after our caller's call ended
+  {
+    std::lock_guard<std::mutex> g(setup_mutex());
+    engine = impl.upper_state("stream");
+  }
+  if (engine) static_cast<const StreamEngine*>(engine.get())->rethrow_async_error();
+}
+
 StreamEngine::StreamEngine(CommImpl& impl) : impl_(impl) {
   rank_ = impl.rank();
   world_ = impl.world_size();

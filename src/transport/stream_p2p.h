@@ -107,6 +107,12 @@ class StreamEngine {
   void group_start();
   void group_end();
 
+  // Throws what a kernel of this engine recorded (timeout, lost peer, stopped pair) and no later
+  // call cleared; returns when nothing is pending. Reads only, so another thread may call it
+  // beside the owner's calls (NCCL's ncclCommGetAsyncError from a watchdog); the owner's next call
+  // still reports the error itself and marks the pair broken.
+  void rethrow_async_error() const;
+
   size_t chunk_bytes() const { return chunk_; }
   size_t slots() const { return slots_; }
 
@@ -119,6 +125,7 @@ class StreamEngine {
   void run_host(std::vector<StreamOp>& ops);   // stream_host.cpp
   void run_gpu(std::vector<StreamOp>& ops);    // stream_gpu.cpp: one kernel per stream, no host wait
   void check_device_error();                   // stream_gpu.cpp: what earlier kernels recorded
+  std::exception_ptr device_error(uint32_t word) const;  // stream_gpu.cpp: the error a word names
   void reap_inflight(bool wait_all);
   void assign_blocks(stream::StreamLaunch& L) const;  // stream_gpu.cpp: grid of one launch
   bool ce_eligible(const std::vector<const StreamOp*>& ops) const;  // stream_ce.cpp
@@ -165,5 +172,7 @@ class StreamEngine {
 
 // The communicator's engine, created (and its area published to every peer) on first use.
 StreamEngine& stream_engine(CommImpl& impl);
+// StreamEngine::rethrow_async_error of impl's engine, if it has one (none is created).
+void stream_rethrow_async_error(CommImpl& impl);
 
 }  // namespace peerlink::detail

@@ -72,6 +72,7 @@ TEST(StreamFailure, StalledPeerTimesOut) {
   const std::string uid = pltest::unique_test_id("sstall");
   std::string fails = run_ranks(2, [&](int rank) {
     Communicator comm(uid, rank, 2, kHostDevice, quick(300));
+    comm.check_async_error();  // no stream engine yet: none is created, nothing pending
     char* pub = static_cast<char*>(comm.alloc(4096));
     comm.notify_ipc_buffer(1 - rank, 1, pub, 4096, 1);
     comm.group_start();  // an empty group: sets up the stream engine (publishes its area)
@@ -83,7 +84,14 @@ TEST(StreamFailure, StalledPeerTimesOut) {
       comm.send(1, b.data(), 0, nullptr);
       MP_CHECK_THROWS(comm.send(1, b.data(), 64, 1, 0, 1, nullptr), TimeoutError, "rank 1", "message 1");
       MP_CHECK_THROWS(comm.recv(1, b.data(), 64, nullptr), TimeoutError, "rank 1");
+      // The host backend reports every failure at the call: nothing is left pending for
+      // check_async_error (the GPU case is StreamGpu.MismatchAndStall), from any thread.
+      comm.check_async_error();
+      std::thread([&] { comm.check_async_error(); }).join();
+      comm.close();
+      MP_CHECK_THROWS(comm.check_async_error(), InvalidArgument, "closed");
     } else {
+      comm.check_async_error();  // nothing pending
       // Stays alive without calling anything until rank 0 is done.
       std::this_thread::sleep_for(milliseconds(1500));
     }
