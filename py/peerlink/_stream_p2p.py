@@ -58,6 +58,13 @@ class StreamP2PMixin:
                 handle = 0
         _C.stream_recv_published(self._c, int(src), int(ipc_id), int(offset), int(nbytes), handle)
 
+    def check_async_error(self) -> None:
+        """Raises what stream-ordered send/recv recorded on the GPU and is still pending (TimeoutError,
+        PeerLostError, Error for a pair the peer stopped); returns when nothing is. It only reads, so a
+        watchdog thread may call it beside the owner's calls (as torch's does with NCCL's
+        ncclCommGetAsyncError); the next send/recv with that peer raises the error too."""
+        _C.check_async_error(self._c)
+
     def group(self):
         """`with comm.group(): ...` issues the sends and recvs inside together at the end of the
         block, so any pattern (ring exchange, all pairs) cannot deadlock. Groups do not nest."""

@@ -38,6 +38,11 @@ void register_stream(py::module_& m) {
     py::gil_scoped_release nogil;
     c.recv(peer, buf_id, offset, len, ptr(stream));
   });
+  // Reads only: safe from a watchdog thread beside the owner's calls (GIL released).
+  m.def("check_async_error", [](C& c) {
+    py::gil_scoped_release nogil;
+    c.check_async_error();
+  });
   m.def("group_start", [](C& c) { c.group_start(); });
   m.def("group_end", [](C& c) {
     py::gil_scoped_release nogil;

@@ -69,3 +69,57 @@ def _misuse(comm, ctx):
 
 def test_group_misuse_and_bad_input(kind):
     run_ranks(_misuse, world=2, kind=kind)
+
+
+def _sync(ctx):
+    if ctx.kind == "torch":
+        import torch
+
+        torch.cuda.current_stream().synchronize()
+    elif ctx.kind == "cupy":
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+
+
+def _stall(comm, ctx):
+    """Rank 1 lives but never sends: rank 0's recv ends at the timeout. On the host backend the call
+    itself raises; on GPUs it returns at once, the device wait ends, and check_async_error (here from
+    another thread, as a watchdog) raises it without clearing it."""
+    import threading
+
+    import time
+
+    comm.check_async_error()  # nothing pending before any stream call
+    if ctx.rank == 1:
+        time.sleep(5)  # alive (a dead peer would make it PeerLostError), calling nothing
+        return
+    dst = ctx.empty(comm, 64)
+    if ctx.kind == "numpy":
+        with pytest.raises(peerlink.TimeoutError, match="rank 1"):
+            comm.recv(dst, 1)
+        comm.check_async_error()  # reported by the call: nothing left pending
+    else:
+        comm.recv(dst, 1)
+        _sync(ctx)  # returns after the device-side timeout
+        seen = []
+
+        def watchdog():
+            try:
+                comm.check_async_error()
+                seen.append(None)
+            except peerlink.TimeoutError as e:
+                seen.append(str(e))
+
+        t = threading.Thread(target=watchdog)
+        t.start()
+        t.join()
+        assert seen and seen[0] and "rank 1" in seen[0], seen
+        with pytest.raises(peerlink.TimeoutError, match="rank 1"):
+            comm.check_async_error()  # not cleared by the first look
+        with pytest.raises(peerlink.TimeoutError, match="rank 1"):
+            comm.recv(dst, 1)  # the pair stays broken
+
+
+def test_async_error_of_stalled_peer(kind):
+    run_ranks(_stall, world=2, kind=kind, comm_timeout=1.5)
