@@ -91,12 +91,15 @@ def _stall(comm, ctx):
     import time
 
     comm.check_async_error()  # nothing pending before any stream call
+    with comm.group():  # empty: sets up this rank's stream engine, which the peer's first call maps
+        pass
+    comm.barrier()
     if ctx.rank == 1:
         time.sleep(5)  # alive (a dead peer would make it PeerLostError), calling nothing
         return
     dst = ctx.empty(comm, 64)
     if ctx.kind == "numpy":
-        with pytest.raises(peerlink.TimeoutError, match="rank 1"):
+        with pytest.raises(peerlink.TimeoutError, match="from rank 1: message 1 .* made no progress"):
             comm.recv(dst, 1)
         comm.check_async_error()  # reported by the call: nothing left pending
     else:
@@ -114,7 +117,7 @@ def _stall(comm, ctx):
         t = threading.Thread(target=watchdog)
         t.start()
         t.join()
-        assert seen and seen[0] and "rank 1" in seen[0], seen
+        assert seen and seen[0] and "device-side wait" in seen[0] and "rank 1" in seen[0], seen
         with pytest.raises(peerlink.TimeoutError, match="rank 1"):
             comm.check_async_error()  # not cleared by the first look
         with pytest.raises(peerlink.TimeoutError, match="rank 1"):
