@@ -4,7 +4,7 @@
 # 1. builds the CUDA library and tests (build-dev), 2. runs the Allreduce* gtests on the GPUs
 # (correctness of every dtype/op/algorithm vs a float64 reference, bitwise agreement across ranks,
 # back-to-back and two-stream runs, graph capture, device timeout), 3. compute-sanitizer racecheck on
-# a small case, 4. the timing sweep (bench_allreduce --algo, bf16, graph and eager) per algorithm.
+# small allreduce and other-collective cases, 4. the timing sweep (bench_allreduce --algo, bf16, graph and eager) per algorithm.
 # Every step writes OUTDIR/<step>.log; the script's exit status is non-zero if any step failed.
 set -u
 OUT=${1:?usage: scripts/gpu_collectives.sh OUTDIR [BUILD_DIR]}
@@ -49,6 +49,8 @@ if command -v compute-sanitizer > /dev/null || [ -x "$CUDA_HOME/bin/compute-sani
   CS=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
   step racecheck ${RACECHECK_SECS:-120} "$CS" --tool racecheck --target-processes all --error-exitcode 9 \
     "$TESTBIN" --gtest_filter='AllreduceGpu.SanitizerSmall'
+  step racecheck_colls ${RACECHECK_SECS:-120} "$CS" --tool racecheck --target-processes all --error-exitcode 9 \
+    "$TESTBIN" --gtest_filter='CollectivesGpu.SanitizerSmall'
 fi
 for f in "$OUT"/sweep*.log "$OUT"/nccl_ref.log; do echo "== $f"; grep -E "^# bench_allreduce|^ +[0-9]|^nccl " "$f"; done > "$OUT/sweep_table.txt" 2>/dev/null || true
 exit $status

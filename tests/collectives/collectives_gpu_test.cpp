@@ -172,4 +172,31 @@ TEST(CollectivesGpu, GraphCaptureAndReplays) {
   EXPECT_EQ(fail, "");
 }
 
+// Small and quick: every kind on the LL and the push path (bf16 sums, one odd count, a root that
+// is not rank 0), verified; what scripts/gpu_collectives.sh runs under compute-sanitizer racecheck.
+TEST(CollectivesGpu, SanitizerSmall) {
+  REQUIRE_GPUS();
+  const std::vector<int> devs = gpu_test_devices();
+  const int world = int(devs.size());
+  std::string uid = unique_test_id("gco-san");
+  std::string fail = run_ranks(world, [&](int rank) {
+    gpu::set_device(devs[rank]);
+    int c = 0, ai = 0;
+    for (const char* algo : {"ll", "push"}) {
+      const bool push = std::string(algo) == "push";  // push: 64 KB scratch positions, as in Correctness
+      Communicator comm(uid + std::to_string(ai++), rank, world, devs[rank], opts(algo, push ? 65536 : 0));
+      gpu::Stream s = gpu::stream_create();
+      Mem mem = device_mem(comm, s);
+      for (Kind k : kAll) {
+        const size_t m = 1001;
+        const std::string what = std::string(kind_name(k)) + " algo '" + algo + "' count 1001";
+        run_case(comm, mem, k, DataType::BF16, ReduceOp::Sum, m, world - 1, false, 7000 + c, what);
+        ++c;
+      }
+      gpu::stream_destroy(s);
+    }
+  }, std::chrono::milliseconds(300000));
+  EXPECT_EQ(fail, "");
+}
+
 }  // namespace
