@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/shm_segment.h"
+#include "common/spin_mutex.h"
 #include "transport/link.h"
 
 namespace peerlink::detail {
@@ -29,14 +30,15 @@ struct Peer {
   std::exception_ptr lost_error;  // set before `lost`
   std::atomic<int64_t> last_alive_check_ns{0};
 
-  // Send side: the caller submits and the send worker progresses, both under send_mu.
-  std::mutex send_mu;
+  // Send side: the caller submits and the send worker progresses, both under send_mu (spins
+  // before sleeping: the worker takes it on every round).
+  common::SpinThenSleepMutex send_mu;
   std::unique_ptr<gpu::CopyQueue> send_queue;
   uint64_t next_send_seq = 0;
   std::unique_ptr<SendLink> send;
 
   // Receive side: the caller posts and the receive worker progresses, both under recv_mu.
-  std::mutex recv_mu;
+  common::SpinThenSleepMutex recv_mu;
   std::unique_ptr<gpu::CopyQueue> recv_queue;
   uint64_t next_recv_seq = 0;
   std::unique_ptr<RecvLink> recv;

@@ -73,7 +73,7 @@ Request Transport::irecv(int peer, uint32_t buf_id, size_t offset, size_t len) {
   r.buf_id = buf_id;
   r.offset = offset;
   r.len = len;
-  std::lock_guard<std::mutex> g(P.recv_mu);
+  std::lock_guard<common::SpinThenSleepMutex> g(P.recv_mu);
   r.seq = ++P.next_recv_seq;
   r.req = new_request("irecv from", peer, buf_id, offset, len, 0, r.seq);
   Request out(r.req);
@@ -99,7 +99,7 @@ void Transport::free_memory(void* p) {
     if (!pp) continue;
     Peer& P = *pp;
     // Under recv_mu the receive worker is not between a destination lookup and its copy.
-    std::lock_guard<std::mutex> gr(P.recv_mu);
+    std::lock_guard<common::SpinThenSleepMutex> gr(P.recv_mu);
     std::vector<uint32_t> ids;
     {
       std::lock_guard<std::mutex> g(P.pubs.mu);
@@ -120,7 +120,7 @@ void Transport::free_memory(void* p) {
 }
 
 void Transport::fail_pending_recvs(Peer& P, std::exception_ptr e) {
-  std::lock_guard<std::mutex> g(P.recv_mu);
+  std::lock_guard<common::SpinThenSleepMutex> g(P.recv_mu);
   if (P.recv) P.recv->fail_all(e);
 }
 
@@ -136,7 +136,7 @@ void Transport::recv_worker_main() {
       Peer& P = *pp;
       if (P.lost.load(std::memory_order_acquire)) {
         try {  // deliver what the peer signalled before it went, then fail the rest
-          std::lock_guard<std::mutex> g(P.recv_mu);
+          std::lock_guard<common::SpinThenSleepMutex> g(P.recv_mu);
           P.recv->progress();
         } catch (...) {
         }
@@ -144,7 +144,7 @@ void Transport::recv_worker_main() {
         continue;
       }
       try {
-        std::lock_guard<std::mutex> g(P.recv_mu);
+        std::lock_guard<common::SpinThenSleepMutex> g(P.recv_mu);
         moved |= P.recv->progress();
         busy |= P.recv->busy();
         pending |= P.recv->pending();
@@ -157,7 +157,7 @@ void Transport::recv_worker_main() {
         if (!pp || pp->lost.load()) continue;
         bool has;
         {
-          std::lock_guard<std::mutex> g(pp->recv_mu);
+          std::lock_guard<common::SpinThenSleepMutex> g(pp->recv_mu);
           has = pp->recv->pending();
         }
         if (!has) continue;

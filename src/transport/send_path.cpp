@@ -83,7 +83,7 @@ Transport::SendHandle Transport::submit_send(int peer, const void* src, size_t l
       op->map = bind.map;
     }
   }
-  std::lock_guard<std::mutex> g(P.send_mu);
+  std::lock_guard<common::SpinThenSleepMutex> g(P.send_mu);
   op->seq = ++P.next_send_seq;
   op->req = new_request("isend to", peer, buf_id, offset, len, version, op->seq);
   try {
@@ -129,7 +129,7 @@ void Transport::send_direct(int peer, const void* src, size_t len, uint32_t buf_
     // A returned call never touches caller memory again: give the message up (no more copies
     // from src; those in flight are waited for) before the error reaches the caller.
     Peer& P = *peers_[peer];
-    std::lock_guard<std::mutex> g(P.send_mu);
+    std::lock_guard<common::SpinThenSleepMutex> g(P.send_mu);
     if (!shut_ && P.send) {
       try {
         P.send->cancel(*h.op);
@@ -143,7 +143,7 @@ void Transport::send_direct(int peer, const void* src, size_t len, uint32_t buf_
 }
 
 void Transport::fail_pending_sends(Peer& P, std::exception_ptr e) {
-  std::lock_guard<std::mutex> g(P.send_mu);
+  std::lock_guard<common::SpinThenSleepMutex> g(P.send_mu);
   if (P.send) P.send->fail_all(e);
 }
 
@@ -161,7 +161,7 @@ void Transport::send_worker_main() {
         continue;
       }
       try {
-        std::lock_guard<std::mutex> g(P.send_mu);
+        std::lock_guard<common::SpinThenSleepMutex> g(P.send_mu);
         if (!P.send->pending()) {
           P.send->idle_poll();
           continue;
@@ -178,7 +178,7 @@ void Transport::send_worker_main() {
         if (pp && !pp->lost.load()) {
           bool has;
           {
-            std::lock_guard<std::mutex> g(pp->send_mu);
+            std::lock_guard<common::SpinThenSleepMutex> g(pp->send_mu);
             has = pp->send->pending();
           }
           if (has) {

@@ -359,8 +359,8 @@ void Transport::shutdown() {
   if (ipc_) ipc_->close_all();
   for (auto& p : peers_)
     if (p) {
-      std::lock_guard<std::mutex> gs(p->send_mu);
-      std::lock_guard<std::mutex> gr(p->recv_mu);
+      std::lock_guard<common::SpinThenSleepMutex> gs(p->send_mu);
+      std::lock_guard<common::SpinThenSleepMutex> gr(p->recv_mu);
       p->send.reset();  // links refer to the queues: they go first
       p->recv.reset();
       p->send_queue.reset();
