@@ -35,8 +35,7 @@ void Request::wait(std::chrono::milliseconds timeout) {
     auto left = deadline - Clock::now();
     if (left <= Clock::duration::zero())
       throw TimeoutError(common::cat(state_->what(), ": not complete after ", timeout.count(), " ms"));
-    common::futex_wait(&state_->status, detail::RequestState::kPending,
-                       std::min<std::chrono::nanoseconds>(left, std::chrono::milliseconds(100)));
+    state_->sleep(std::min<std::chrono::nanoseconds>(left, std::chrono::milliseconds(100)));
   }
 }
 

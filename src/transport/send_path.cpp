@@ -92,7 +92,17 @@ Transport::SendHandle Transport::submit_send(int peer, const void* src, size_t l
     --P.next_send_seq;  // nothing was issued: the sequence number is not consumed
     throw;
   }
-  wake_send_worker();
+  // Host memory: submit() already copied (synchronously, on this thread), so this thread also
+  // publishes the completion and retires the op, instead of handing both to the send worker. The
+  // worker still runs whatever stays pending (a handshake, a relay's later chunks).
+  if (backend_->is_host()) {
+    try {
+      P.send->progress();
+    } catch (...) {
+      mark_lost(P, std::current_exception());  // as the worker would: the op fails with the pair
+    }
+  }
+  if (P.send->pending()) wake_send_worker();
   return SendHandle{Request(op->req), op};
 }
 
