@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/cli.h"
@@ -30,6 +31,7 @@ struct Config {
   bool stream = false;  // --mode stream (common/stream_engine.h)
   bool graph = false;   // -G: stream mode, timed inside a CUDA graph
   bool nccl = true;
+  bool threads = false;  // --threads: both ranks in one process (one forked child), one thread each
   // Stream-mode knobs (Options::stream_*; -1 = PEERLINK_STREAM_* or the library default).
   long long ll_max = -1, ce_min = -1, ce_lanes = -1, acquire = -1, pdl = -1, blocks = -1;
 };
@@ -38,10 +40,13 @@ const char* kUsage =
     "usage: bench_transport [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]\n"
     "  [--mode latency|bandwidth|bidir|stream] [-G 0|1] [--no-nccl] [--transport auto|direct|relay] [--completion auto|done_seq|ring]\n"
     "  [--gpus D0,D1] [--window N] [--json FILE] [--csv FILE] [--verify-full BYTES] [--timeout-ms MS]\n"
-    "  [--time-limit S] [--rank R --world N --uid ID] [--demo] [--inject-error (test hook)]\n"
+    "  [--time-limit S] [--rank R --world N --uid ID] [--threads] [--demo] [--inject-error (test hook)]\n"
     "  stream knobs: [--ll-max BYTES] [--ce-min BYTES] [--ce-lanes N] [--acquire-load 0|1] [--pdl 0|1]\n"
     "                [--stream-blocks N]  (Options::stream_*; default: PEERLINK_STREAM_* or the library's)\n"
-    "Sizes take K/M/G suffixes. Devices: default GPUs 0,1 (0,0 with one GPU), else host backend -1.\n";
+    "Sizes take K/M/G suffixes. Devices: default GPUs 0,1 (0,0 with one GPU), else host backend -1.\n"
+    "--threads: both ranks as two threads of one process. On one GPU that is the single-GPU proxy of a\n"
+    "pair (the kernels of both ranks run at once, as on two GPUs; two processes on one GPU time-slice),\n"
+    "without NVLink: use it to compare settings, not as a 2-GPU number. NCCL columns need two GPUs there.\n";
 
 Config parse(int argc, char** argv) {
   Config c;
@@ -75,6 +80,7 @@ Config parse(int argc, char** argv) {
     else if (a.flag("--demo")) c.demo = true;
     else if (a.flag("-G", "--cudagraph")) c.graph = bench::parse_int("-G", a.value(), 0, 1 << 20) > 0;
     else if (a.flag("--no-nccl")) c.nccl = false;
+    else if (a.flag("--threads")) c.threads = true;
     else if (a.flag("--ll-max")) c.ll_max = static_cast<long long>(bench::parse_size(a.value()));
     else if (a.flag("--ce-min")) c.ce_min = static_cast<long long>(bench::parse_size(a.value()));
     else if (a.flag("--ce-lanes")) c.ce_lanes = bench::parse_int("--ce-lanes", a.value(), 1, 4);
@@ -100,6 +106,7 @@ Config parse(int argc, char** argv) {
     c.engine.sizes = bench::size_sweep(c.min_bytes, c.max_bytes, c.factor);
   }
   c.id.validate();
+  if (c.threads && c.id.launched()) throw bench::UsageError("--threads runs both ranks itself: not with a launcher's rank");
   if (c.id.launched() && c.id.world_size != 2)
     throw bench::UsageError("bench_transport measures one pair: world size must be 2, got " +
                             std::to_string(c.id.world_size));
@@ -184,6 +191,31 @@ int run_rank(const Config& c, const std::string& uid, int rank, int device) {
   return 0;
 }
 
+// --threads: rank 1 on a second thread of this process, rank 0 here; both exit codes count.
+int run_ranks_as_threads(const Config& c, const std::string& uid, const std::vector<int>& devs) {
+  Config cc = c;
+  if (devs[0] == devs[1] && cc.nccl) {
+    std::printf("# --threads on one device: no NCCL columns (NCCL refuses two ranks on one GPU)\n");
+    cc.nccl = false;
+  }
+  int rc1 = 1;
+  std::thread t([&] {
+    try {
+      rc1 = run_rank(cc, uid, 1, devs[1]);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank 1: %s\n", e.what());
+    }
+  });
+  int rc0 = 1;
+  try {
+    rc0 = run_rank(cc, uid, 0, devs[0]);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank 0: %s\n", e.what());
+  }
+  t.join();
+  return rc0 ? rc0 : rc1;
+}
+
 std::vector<int> default_devices(int count) {
   if (count >= 2) return {0, 1};
   if (count == 1) return {0, 0};
@@ -213,6 +245,9 @@ int main(int argc, char** argv) {
     std::vector<int> devs = c.gpus.empty() ? default_devices(bench::probe_device_count()) : c.gpus;
     if (devs.size() != 2) throw bench::UsageError("--gpus needs two devices (one per rank)");
     std::string uid = bench::make_unique_id("bt");
+    if (c.threads)  // one child: the parent never touches the GPU runtime (launch.h)
+      return bench::fork_ranks(
+          1, [&](int) { return run_ranks_as_threads(c, uid, devs); }, std::chrono::seconds(c.time_limit_s));
     return bench::fork_ranks(
         2, [&](int r) { return run_rank(c, uid, r, devs[r]); }, std::chrono::seconds(c.time_limit_s));
   } catch (const std::exception& e) {
