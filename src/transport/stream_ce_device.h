@@ -15,8 +15,7 @@ __device__ void ce_wait(const Ctx& x) {
   const DevOp& op = x.L->ops[c.first_op];
   if (threadIdx.x != 0) return;
   const uint64_t k = load_volatile(&c.mine->pub_sent.v) + 1;
-  if (!wait_ge(x, &c.mine->pub_posted.v, k)) return;
-  acquire(x, &c.mine->pub_posted.v);
+  if (!wait_ge_acquire(x, &c.mine->pub_posted.v, k)) return;
   const volatile PostDesc& p = c.mine->post[k % kDescRing];
   if (p.seq != k) {
     record_error(x, kErrProtocol);

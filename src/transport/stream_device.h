@@ -82,6 +82,20 @@ __device__ bool wait_ge(const Ctx& x, const uint64_t* f, uint64_t target) {
   }
 }
 
+// Thread 0: wait_ge, then acquire(f). With Options::stream_acquire_load the first probe is the
+// ld.acquire.sys itself: when the flag is already there (the common case: a credit or a post that
+// came long before), one load instead of a relaxed load followed by an acquire load, which cost a
+// serial memory latency at the start of every send (8 B one-way, one-GPU proxy: see
+// benchmarks/results).
+__device__ bool wait_ge_acquire(const Ctx& x, const uint64_t* f, uint64_t target) {
+#if !defined(PEERLINK_HIP)
+  if (x.L->acq_load && load_acquire_sys(f) >= target) return true;
+#endif
+  if (!wait_ge(x, f, target)) return false;
+  acquire(x, f);
+  return true;
+}
+
 __device__ __forceinline__ uint4 load16(const uint4* p, bool fresh) {
 #if defined(PEERLINK_HIP)
   if (!fresh) return *p;
@@ -179,32 +193,32 @@ __device__ void ll_write(char* slot, const char* src, uint64_t len, uint32_t f, 
   }
 }
 
-// Thread 0: both header lines of an LL slot carry flag f. hdr = {h[0], h[1], h[2], h[3]}.
-__device__ __forceinline__ bool ll_header(const char* slot, uint32_t f, uint32_t* hdr) {
-  uint32_t a, fa, b, fb, c2, fc, d, fd;
-  load_volatile_16(slot, a, fa, b, fb);
-  if (fa != f || fb != f) return false;
-  load_volatile_16(slot + 16, c2, fc, d, fd);
-  if (fc != f || fd != f) return false;
-  hdr[0] = a;
-  hdr[1] = b;
-  hdr[2] = c2;
-  hdr[3] = d;
-  return true;
-}
-
 // Published form, receiver (thread 0 of each of its blocks, after block 0 posted recv k): waits for
 // whichever way the sender's message k comes: pub_ready >= k (direct or copy-engine copy, ReadyDesc
 // tells how it went) or the LL header in ring slot k % kLLSlots (the sender chooses by its length,
 // so a length mismatch across the ll_max boundary is still seen as a mismatch, never a hang). slot
 // nullptr: LL is off. Returns 1 direct, 2 LL, 0 failed. (Also the NCCL form's wait for chunk g:
 // ready = raw_slot_ready[slot], k = g + 1.)
+// The flag and both header lines are loaded together, then tested: one memory latency per round
+// (tested one after the other they were three, and the message landing mid-round waited for them).
 __device__ int wait_ready_or_ll(const Ctx& x, const uint64_t* ready, uint64_t k, const char* slot, uint32_t* hdr) {
   const uint32_t f = ll_flag(k);
   uint64_t t0 = 0;
   for (uint32_t n = 0;; ++n) {
-    if (load_volatile(ready) >= k) return 1;
-    if (slot && ll_header(slot, f, hdr)) return 2;  // published: {buf_id, len, offset low, offset high}
+    const uint64_t r = load_volatile(ready);
+    uint32_t a = 0, fa = 0, b = 0, fb = 0, c2 = 0, fc = 0, d = 0, fd = 0;
+    if (slot) {
+      load_volatile_16(slot, a, fa, b, fb);
+      load_volatile_16(slot + 16, c2, fc, d, fd);
+    }
+    if (r >= k) return 1;
+    if (slot && fa == f && fb == f && fc == f && fd == f) {  // published: {buf_id, len, offset low, offset high}
+      hdr[0] = a;
+      hdr[1] = b;
+      hdr[2] = c2;
+      hdr[3] = d;
+      return 2;
+    }
     if (n == 0) t0 = now_ns();
     if ((n & 127) == 127) {
       if (load_volatile(x.abort)) {

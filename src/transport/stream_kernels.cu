@@ -24,8 +24,8 @@ __device__ bool send_pub_ll(const Ctx& x, const DevOp& op, uint64_t k) {
   const DevChannel& c = *x.c;
   __shared__ int s_go;
   if (threadIdx.x == 0) {
-    s_go = k + 1 <= kLLSlots || wait_ge(x, &c.mine->pub_posted.v, k + 1 - kLLSlots);
-    if (s_go) acquire(x, &c.mine->pub_posted.v);  // the receiver emptied the slot (zeroed its lines) before
+    // Acquired: the receiver emptied the slot (zeroed its lines) before it posted k + 1 - kLLSlots.
+    s_go = wait_ge_acquire(x, &c.mine->pub_posted.v, k + 1 <= kLLSlots ? 0 : k + 1 - kLLSlots);
   }
   __syncthreads();
   if (!s_go) return false;
@@ -52,10 +52,9 @@ __device__ void send_pub(const Ctx& x) {
       continue;
     }
     if (threadIdx.x == 0) {
-      s_go = wait_ge(x, &c.mine->pub_posted.v, k);
+      s_go = wait_ge_acquire(x, &c.mine->pub_posted.v, k);
       s_ok = 0;
       if (s_go) {
-        acquire(x, &c.mine->pub_posted.v);
         const volatile PostDesc& p = c.mine->post[k % kDescRing];
         if (p.seq != k) {
           record_error(x, kErrProtocol);
@@ -195,8 +194,8 @@ __device__ void send_raw(const Ctx& x) {
       const uint64_t g = g0 + t0 + j;
       const uint64_t slot = g % slots;
       if (threadIdx.x == 0) {
-        s_go = g + 1 <= slots || wait_ge(x, &c.mine->raw_slot_consumed[slot].v, g + 1 - slots);
-        if (s_go) acquire(x, &c.mine->raw_slot_consumed[slot].v);  // the receiver's reads of the slot happened before
+        // Acquired: the receiver's reads of the slot happened before it released it.
+        s_go = wait_ge_acquire(x, &c.mine->raw_slot_consumed[slot].v, g + 1 <= slots ? 0 : g + 1 - slots);
       }
       __syncthreads();
       if (!s_go) {
