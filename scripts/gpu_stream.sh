@@ -4,7 +4,9 @@
 # 1. builds the CUDA library, tests and benchmarks; 2. the StreamGpu* gtests (both forms up to 64 MB,
 # 2,000 messages in flight, a group captured once and replayed 1,000 times with changing payloads,
 # mismatch / stall / killed peer); 3. compute-sanitizer racecheck on a small case; 4. bench_transport
-# --mode stream eager and -G, peerlink and NCCL side by side. Every step logs to OUTDIR/<step>.log.
+# --mode stream eager and -G, peerlink and NCCL side by side; 5. the single-GPU stand-in (both ranks
+# as threads on GPU 0, -G), which compares kernel changes on any one-GPU machine. Every step logs to
+# OUTDIR/<step>.log.
 set -u
 OUT=${1:?usage: scripts/gpu_stream.sh OUTDIR [BUILD_DIR]}
 BUILD=${2:-${BUILD:-build-dev}}
@@ -24,4 +26,6 @@ if [ -x "$CS" ] && has racecheck; then
 fi
 has bench_eager && step bench_eager 180 "$BUILD/bin/bench_transport" --mode stream -b 8 -e 256M -f 4 -n 50 -w 5
 has bench_graph && step bench_graph 180 "$BUILD/bin/bench_transport" --mode stream -b 8 -e 256M -f 4 -n 50 -w 5 -G 1
+has bench_proxy && step bench_proxy 120 "$BUILD/bin/bench_transport" --threads --gpus 0,0 --mode stream --no-nccl \
+  -b 8 -e 1M -f 4 -n 300 -w 30 -G 1
 exit $status
