@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/cli.h"
@@ -191,31 +190,6 @@ int run_rank(const Config& c, const std::string& uid, int rank, int device) {
   return 0;
 }
 
-// --threads: rank 1 on a second thread of this process, rank 0 here; both exit codes count.
-int run_ranks_as_threads(const Config& c, const std::string& uid, const std::vector<int>& devs) {
-  Config cc = c;
-  if (devs[0] == devs[1] && cc.nccl) {
-    std::printf("# --threads on one device: no NCCL columns (NCCL refuses two ranks on one GPU)\n");
-    cc.nccl = false;
-  }
-  int rc1 = 1;
-  std::thread t([&] {
-    try {
-      rc1 = run_rank(cc, uid, 1, devs[1]);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "rank 1: %s\n", e.what());
-    }
-  });
-  int rc0 = 1;
-  try {
-    rc0 = run_rank(cc, uid, 0, devs[0]);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank 0: %s\n", e.what());
-  }
-  t.join();
-  return rc0 ? rc0 : rc1;
-}
-
 std::vector<int> default_devices(int count) {
   if (count >= 2) return {0, 1};
   if (count == 1) return {0, 0};
@@ -245,9 +219,15 @@ int main(int argc, char** argv) {
     std::vector<int> devs = c.gpus.empty() ? default_devices(bench::probe_device_count()) : c.gpus;
     if (devs.size() != 2) throw bench::UsageError("--gpus needs two devices (one per rank)");
     std::string uid = bench::make_unique_id("bt");
-    if (c.threads)  // one child: the parent never touches the GPU runtime (launch.h)
-      return bench::fork_ranks(
-          1, [&](int) { return run_ranks_as_threads(c, uid, devs); }, std::chrono::seconds(c.time_limit_s));
+    if (c.threads) {
+      Config cc = c;
+      if (devs[0] == devs[1] && cc.nccl) {
+        std::printf("# --threads on one device: no NCCL columns (NCCL refuses two ranks on one GPU)\n");
+        cc.nccl = false;
+      }
+      return bench::thread_ranks(
+          2, [&](int r) { return run_rank(cc, uid, r, devs[r]); }, std::chrono::seconds(c.time_limit_s));
+    }
     return bench::fork_ranks(
         2, [&](int r) { return run_rank(c, uid, r, devs[r]); }, std::chrono::seconds(c.time_limit_s));
   } catch (const std::exception& e) {

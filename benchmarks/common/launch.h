@@ -147,6 +147,39 @@ inline int fork_ranks(int n, const std::function<int(int)>& body, std::chrono::s
   return first_bad;
 }
 
+// --threads: the `n` ranks as n threads of one forked child (the parent still never touches the GPU
+// runtime). On one GPU that is the single-GPU stand-in for a pair or a group: the ranks' kernels run
+// at once (one context), where two processes on one GPU time-slice. A rank's exception is printed
+// and counts as exit code 1; returns the first non-zero code of rank order, after every thread ended.
+inline int thread_ranks(int n, const std::function<int(int)>& body, std::chrono::seconds limit) {
+  return fork_ranks(
+      1,
+      [&](int) {
+        std::vector<int> rcs(static_cast<size_t>(n), 1);
+        auto guarded = [&](int r) {
+          try {
+            rcs[static_cast<size_t>(r)] = body(r);
+          } catch (const std::exception& e) {
+            std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+          }
+        };
+        std::vector<std::thread> ts;
+        for (int r = 1; r < n; ++r) ts.emplace_back(guarded, r);
+        guarded(0);
+        for (auto& t : ts) t.join();
+        for (int rc : rcs)
+          if (rc) return rc;
+        return 0;
+      },
+      limit);
+}
+
+// True when some device hosts two ranks (NCCL refuses that: the benchmarks drop their NCCL columns).
+inline bool devices_repeat(std::vector<int> devs) {
+  std::sort(devs.begin(), devs.end());
+  return std::adjacent_find(devs.begin(), devs.end()) != devs.end();
+}
+
 // The device of each rank of the collective benchmarks: --gpus as given (-g, when set, must agree),
 // else -g ranks (default: every GPU up to 8, at least 2) spread round robin over the GPUs, or on
 // the host backend when there is none.
