@@ -247,6 +247,22 @@ __device__ void recv_raw(const Ctx& x) {
   __shared__ uint32_t s_hdr[4];
   const uint64_t msg0 = load_volatile(&c.mine->raw_recvd_msgs.v);
   const uint64_t g0 = load_volatile(&c.mine->raw_recvd_chunks.v);
+  // A launch hands the slot of its last chunk back only here, at the start of the channel's next
+  // launch, by block 0's last thread (no stores of its own to wait for, no flag to poll): the
+  // release store (a system-scope fence) at the end of every launch lay on the path to the kernel's
+  // completion, and so to the next kernel of the stream. One-GPU stand-in, NCCL form, graph, A/B:
+  // 8 B ping-pong one-way 3.55/3.57 -> 3.23/3.32 us, sendrecv 3.67/3.70 -> 3.49/3.51 us, 4 KB
+  // -0.25 us; but 256 KB (64 LL pieces: exactly the ring) +0.18 us and 2 MB +0.1-0.2 us (likely the
+  // sender's last piece now waiting for this release; results, session 7 call 11). Safe: the sender
+  // needs slot (g0 - 1) % slots back only for chunk g0 - 1 + slots, which belongs to a later message
+  // whose recv (this launch or a later one) runs this release first; the reads and zeroing of that
+  // slot ended with the previous kernel. Later releases of the same slot in this launch follow
+  // chunks the sender could only stage after seeing this one, so the flag never goes back.
+  if (x.blk == 0 && threadIdx.x == blockDim.x - 1 && g0 > 0)
+    store_release_system(&c.remote->raw_slot_consumed[(g0 - 1) % slots].v, g0);
+  uint64_t run = 0;  // chunks of this launch
+  for (int i = 0; i < c.nops; ++i) run += chunks_of(x.L->ops[c.first_op + i].len, chunk, x.L->ll_max);
+  const uint64_t g_last = g0 + run - 1;
   uint64_t t0 = 0;
   bool failed = false;
   for (int i = 0; i < c.nops && !failed; ++i) {
@@ -305,7 +321,8 @@ __device__ void recv_raw(const Ctx& x) {
         if (op.len) part_copy(op.dst + off, stage, len, true, 0, 1);
         __syncthreads();
       }
-      if (threadIdx.x == 0) store_release_system(&c.remote->raw_slot_consumed[slot].v, g + 1);  // our reads first
+      // Our reads first. The launch's last chunk is released by the next launch (see above).
+      if (threadIdx.x == 0 && g != g_last) store_release_system(&c.remote->raw_slot_consumed[slot].v, g + 1);
     }
     t0 += n;
   }
