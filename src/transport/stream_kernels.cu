@@ -252,8 +252,8 @@ __device__ void recv_raw(const Ctx& x) {
   // release store (a system-scope fence) at the end of every launch lay on the path to the kernel's
   // completion, and so to the next kernel of the stream. One-GPU stand-in, NCCL form, graph, A/B:
   // 8 B ping-pong one-way 3.55/3.57 -> 3.23/3.32 us, sendrecv 3.67/3.70 -> 3.49/3.51 us, 4 KB
-  // -0.25 us; but 256 KB (64 LL pieces: exactly the ring) +0.18 us and 2 MB +0.1-0.2 us (likely the
-  // sender's last piece now waiting for this release; results, session 7 call 11). Safe: the sender
+  // -0.25 us; but 256 KB (32 LL pieces) +0.18 us and 2 MB +0.1-0.2 us, cause not found (results,
+  // session 7 call 11). Safe: the sender
   // needs slot (g0 - 1) % slots back only for chunk g0 - 1 + slots, which belongs to a later message
   // whose recv (this launch or a later one) runs this release first; the reads and zeroing of that
   // slot ended with the previous kernel. Later releases of the same slot in this launch follow
