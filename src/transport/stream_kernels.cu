@@ -253,11 +253,11 @@ __device__ void recv_raw(const Ctx& x) {
   // completion, and so to the next kernel of the stream. One-GPU stand-in, NCCL form, graph, A/B:
   // 8 B ping-pong one-way 3.55/3.57 -> 3.23/3.32 us, sendrecv 3.67/3.70 -> 3.49/3.51 us, 4 KB
   // -0.25 us; but 256 KB (32 LL pieces) +0.18 us and 2 MB +0.1-0.2 us, cause not found (results,
-  // session 7 call 11). Safe: the sender
-  // needs slot (g0 - 1) % slots back only for chunk g0 - 1 + slots, which belongs to a later message
-  // whose recv (this launch or a later one) runs this release first; the reads and zeroing of that
-  // slot ended with the previous kernel. Later releases of the same slot in this launch follow
-  // chunks the sender could only stage after seeing this one, so the flag never goes back.
+  // session 7 call 11). Safe: the sender needs slot (g0 - 1) % slots back only for chunk
+  // g0 - 1 + slots, which belongs to a later message whose recv (this launch or a later one) runs
+  // this release first; the reads and zeroing of that slot ended with the previous kernel. Later
+  // releases of the same slot in this launch follow chunks the sender could only stage after seeing
+  // this one, so the flag never goes back.
   if (x.blk == 0 && threadIdx.x == blockDim.x - 1 && g0 > 0)
     store_release_system(&c.remote->raw_slot_consumed[(g0 - 1) % slots].v, g0);
   uint64_t run = 0;  // chunks of this launch
