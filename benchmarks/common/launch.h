@@ -153,8 +153,9 @@ inline int fork_ranks(int n, const std::function<int(int)>& body, std::chrono::s
 // synchronous CUDA call (allocation, free, blocking copy) while another rank's kernel may be
 // waiting for it: in one context such a call waits for that kernel, which waits for the caller.
 // (bench_allreduce / bench_collectives make such calls between sizes: tried that way on one H200,
-// both stalled at their second size, session 7; this is the likely cause, not a verified one.) A rank's exception is printed and counts as exit code 1; returns the
-// first non-zero code in rank order, after every thread ended.
+// both stalled at their second size, session 7; this is the likely cause, not a verified one.)
+// A rank's exception is printed and counts as exit code 1; returns the first non-zero code in rank
+// order, after every thread ended.
 inline int thread_ranks(int n, const std::function<int(int)>& body, std::chrono::seconds limit) {
   return fork_ranks(
       1,

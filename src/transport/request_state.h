@@ -14,9 +14,8 @@ namespace peerlink::detail {
 struct RequestState {
   enum : uint32_t { kPending = 0, kDone = 1, kFailed = 2 };
   std::atomic<uint32_t> status{kPending};
-  // Waiters asleep on `status`: completion pays the wake-up system call only when one sleeps (the
-  // caller spins first, so usually none does). seq_cst on both sides: the waiter's count and the
-  // completer's status store cannot both be missed by the other's load.
+  // Waiters asleep on `status` (common::sleep_while): completion pays the wake-up system call only
+  // when one sleeps (the caller spins first, so usually none does).
   std::atomic<uint32_t> sleepers{0};
   std::exception_ptr error;            // set before status becomes kFailed
   std::chrono::milliseconds timeout{60000};  // the communicator's bound for wait()
@@ -30,21 +29,16 @@ struct RequestState {
 
   void complete() {
     status.store(kDone, std::memory_order_seq_cst);
-    if (sleepers.load(std::memory_order_seq_cst) != 0) common::futex_wake_all(&status);
+    common::wake_sleepers(status, sleepers);
   }
   void fail(std::exception_ptr e) {
     uint32_t expected = kPending;
     error = std::move(e);
-    if (status.compare_exchange_strong(expected, kFailed, std::memory_order_seq_cst) &&
-        sleepers.load(std::memory_order_seq_cst) != 0)
-      common::futex_wake_all(&status);
+    if (status.compare_exchange_strong(expected, kFailed, std::memory_order_seq_cst))
+      common::wake_sleepers(status, sleepers);
   }
   // Sleeps while pending, at most `timeout` (spurious wake-ups allowed).
-  void sleep(std::chrono::nanoseconds timeout) {
-    sleepers.fetch_add(1, std::memory_order_seq_cst);
-    if (status.load(std::memory_order_seq_cst) == kPending) common::futex_wait(&status, kPending, timeout);
-    sleepers.fetch_sub(1, std::memory_order_seq_cst);
-  }
+  void sleep(std::chrono::nanoseconds timeout) { common::sleep_while(status, kPending, sleepers, timeout); }
   bool pending() const { return status.load(std::memory_order_acquire) == kPending; }
 };
 
