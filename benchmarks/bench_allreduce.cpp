@@ -49,6 +49,7 @@ struct Config {
   std::string json;
   int time_limit_s = 900;
   bool inject_error = false;  // test hook: rank 0 corrupts one result element before the check
+  bool threads = false;       // --threads: the ranks as threads of one process (launch.h thread_ranks)
   std::vector<std::string> algos{"auto"};  // --algo: one pass per peerlink algorithm
 };
 
@@ -56,7 +57,8 @@ const char* kUsage =
     "usage: bench_allreduce [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-G 0|1]\n"
     "  [-d float|half|bfloat16|double|int32|int64] [-o sum|prod|max|min] [-g NRANKS]\n"
     "  [--impl peerlink|nccl|both] [--algo auto|oneshot|twoshot|bandwidth[,..]] [--gpus D0,D1,..]\n"
-    "  [--json FILE] [--time-limit S] [--inject-error]\n"
+    "  [--json FILE] [--time-limit S] [--inject-error] [--threads]\n"
+    "  --threads: the ranks as threads of one process (with --gpus 0,0: the single-GPU stand-in)\n"
     "  --algo LIST: one size sweep per peerlink algorithm (forced through Options::allreduce_algo);\n"
     "               with --json and several algorithms, FILE gets the algorithm inserted: x.oneshot.json\n";
 
@@ -82,6 +84,7 @@ Config parse(int argc, char** argv) {
       c.want_peerlink = v != "nccl";
       c.want_nccl = v != "peerlink";
     } else if (a.flag("--gpus")) c.gpus = bench::parse_int_list("--gpus", a.value());
+    else if (a.flag("--threads")) c.threads = true;
     else if (a.flag("--json")) c.json = a.value();
     else if (a.flag("--algo")) {
       c.algos.clear();
@@ -349,6 +352,16 @@ int main(int argc, char** argv) {
     bench::nccl::disable_nvls();
     std::vector<int> devs = bench::rank_devices(c.nranks, c.gpus);
     std::string uid = bench::make_unique_id("ar");
+    if (c.threads) {
+      Config cc = c;
+      if (cc.want_nccl && bench::devices_repeat(devs)) {
+        std::printf("# --threads with two ranks on one device: no NCCL columns (NCCL refuses that)\n");
+        cc.want_nccl = false;
+      }
+      return bench::thread_ranks(
+          static_cast<int>(devs.size()), [&](int r) { return run_rank(cc, uid, r, devs); },
+          std::chrono::seconds(c.time_limit_s));
+    }
     return bench::fork_ranks(static_cast<int>(devs.size()), [&](int r) { return run_rank(c, uid, r, devs); },
                              std::chrono::seconds(c.time_limit_s));
   });

@@ -33,8 +33,9 @@ using Clock = std::chrono::steady_clock;
 const char* kUsage =
     "usage: bench_collectives --op all_gather|reduce_scatter|broadcast|reduce|alltoall [-b MIN] [-e MAX]\n"
     "  [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-G 0|1] [-d float|half|bfloat16|double|int32|int64]\n"
-    "  [-o sum|prod|max|min] [-r ROOT] [-g NRANKS] [--gpus D0,D1,..] [--time-limit S] [--nccl 0|1]\n"
-    "  (--nccl 0: peerlink only, no NCCL communicator; PEERLINK_* variables choose the algorithms)\n";
+    "  [-o sum|prod|max|min] [-r ROOT] [-g NRANKS] [--gpus D0,D1,..] [--time-limit S] [--nccl 0|1] [--threads]\n"
+    "  (--nccl 0: peerlink only, no NCCL communicator; PEERLINK_* variables choose the algorithms;\n"
+    "  --threads: the ranks as threads of one process, the single-GPU stand-in with --gpus 0,0)\n";
 bool g_nccl = true;  // --nccl
 
 Config parse(int argc, char** argv) {
@@ -64,6 +65,7 @@ Config parse(int argc, char** argv) {
       try { c.redop = bench::parse_op(a.value()); } catch (const std::invalid_argument& e) { throw bench::UsageError(e.what()); }
     } else if (a.flag("--gpus")) c.gpus = bench::parse_int_list("--gpus", a.value());
     else if (a.flag("--nccl")) g_nccl = bench::parse_int("--nccl", a.value(), 0, 1) != 0;
+    else if (a.flag("--threads")) c.threads = true;
     else if (a.flag("--time-limit")) c.time_limit_s = static_cast<int>(bench::parse_int("--time-limit", a.value(), 1, 86400));
     else if (a.flag("-h", "--help")) {
       std::fputs(kUsage, stdout);
@@ -262,7 +264,14 @@ int main(int argc, char** argv) {
     std::vector<int> devs = bench::rank_devices(c.nranks, c.gpus);
     if (c.root >= static_cast<int>(devs.size())) throw bench::UsageError("-r " + std::to_string(c.root) + " is not a rank");
     std::string uid = bench::make_unique_id("co");
-    return bench::fork_ranks(static_cast<int>(devs.size()), [&](int r) { return run_rank(c, uid, r, devs); },
-                             std::chrono::seconds(c.time_limit_s));
+    auto body = [&](int r) { return run_rank(c, uid, r, devs); };
+    if (c.threads) {
+      if (g_nccl && bench::devices_repeat(devs)) {
+        std::printf("# --threads with two ranks on one device: no NCCL columns (NCCL refuses that)\n");
+        g_nccl = false;
+      }
+      return bench::thread_ranks(static_cast<int>(devs.size()), body, std::chrono::seconds(c.time_limit_s));
+    }
+    return bench::fork_ranks(static_cast<int>(devs.size()), body, std::chrono::seconds(c.time_limit_s));
   });
 }

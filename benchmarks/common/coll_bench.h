@@ -26,6 +26,7 @@ struct Config {
   bench::Op redop = bench::Op::Sum;
   std::vector<int> gpus;
   int time_limit_s = 900;
+  bool threads = false;  // --threads: the ranks as threads of one process (launch.h thread_ranks)
 };
 
 // One implementation: run(count) issues one collective of the current size on `stream` with its

@@ -253,15 +253,19 @@ void stream_wait_event(Stream s, Event e) { CALL(StreamWaitEvent, rs(s), re(e), 
 void memcpy_async(void* dst, const void* src, size_t bytes, Stream s) {
   CALL(MemcpyAsync, dst, src, bytes, rt::kMemcpyDefault, rs(s));
 }
+// From pageable memory cudaMemcpy may return before the DMA landed, and cudaMemset is
+// asynchronous; work on non-blocking streams would not wait for either. "Synchronous" here means
+// landed: both wait for the legacy default stream that carried them, and for nothing else. A device
+// synchronization would also wait for every other stream's kernels, among them another
+// communicator's kernel spinning on a peer that this thread's caller is about to serve (two ranks
+// as threads of one process stalled that way in bench_allreduce, session 7 call 8).
 void memcpy_sync(void* dst, const void* src, size_t bytes) {
   CALL(Memcpy, dst, src, bytes, rt::kMemcpyDefault);
-  // From pageable memory cudaMemcpy may return before the DMA landed; work on non-blocking
-  // streams would not wait for it. "Synchronous" here means landed.
-  CALL(DeviceSynchronize);
+  CALL(StreamSynchronize, rt::Stream{});
 }
 void memset_sync(void* dst, int value, size_t bytes) {
   CALL(Memset, dst, value, bytes);
-  CALL(DeviceSynchronize);
+  CALL(StreamSynchronize, rt::Stream{});
 }
 
 void host_register(void* p, size_t bytes) { CALL(HostRegister, p, bytes, rt::kHostRegisterPortableMapped); }
