@@ -56,11 +56,18 @@ __device__ void reduce_block(const T* const* ins, int nin, T* const* outs, int n
 }
 
 // 8 data bytes of word w (zero-padded past the end; byte loads when misaligned).
+// A partial or misaligned word goes byte by byte, unrolled and predicated: all eight loads are
+// issued before any is used, so the word costs one memory latency instead of one per byte (a loop
+// that stopped at the end waited for each byte before loading the next).
 __device__ __forceinline__ uint64_t load_word(const char* p, size_t w, size_t bytes, bool aligned) {
   size_t off = w * 8;
   if (aligned && off + 8 <= bytes) return *reinterpret_cast<const uint64_t*>(p + off);
+  unsigned char b[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) b[i] = off + i < bytes ? static_cast<unsigned char>(p[off + i]) : 0;
   uint64_t v = 0;
-  for (size_t i = 0; off + i < bytes && i < 8; ++i) v |= uint64_t(static_cast<unsigned char>(p[off + i])) << (8 * i);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v |= uint64_t(b[i]) << (8 * i);
   return v;
 }
 __device__ __forceinline__ void store_word(char* p, size_t w, size_t bytes, bool aligned, uint64_t v) {
@@ -69,7 +76,9 @@ __device__ __forceinline__ void store_word(char* p, size_t w, size_t bytes, bool
     *reinterpret_cast<uint64_t*>(p + off) = v;
     return;
   }
-  for (size_t i = 0; off + i < bytes && i < 8; ++i) p[off + i] = static_cast<char>(v >> (8 * i));
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    if (off + i < bytes) p[off + i] = static_cast<char>(v >> (8 * i));
 }
 
 }  // namespace peerlink::coll
