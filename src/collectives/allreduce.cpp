@@ -43,22 +43,11 @@ AllreduceAlgo resolve(const Options& opts, int world, size_t bytes, bool host) {
 int clamp_blocks(size_t want, int hi) { return static_cast<int>(std::max<size_t>(1, std::min<size_t>(want, hi))); }
 
 // Threads per block: 1024 for the bandwidth algorithm (more stores in flight per SM: 323 -> 337
-// GB/s busbw at 256 MB on 2x H200), 512 elsewhere (the LL kernel: ll_threads). Options::allreduce_threads
-// overrides.
+// GB/s busbw at 256 MB on 2x H200), 512 elsewhere; the LL kernel takes layout.h's ll_threads.
+// Options::allreduce_threads overrides both.
 int pick_threads(const coll::CollState& st, AllreduceAlgo a) {
   if (st.threads > 0) return st.threads;
   return a == AllreduceAlgo::Bandwidth ? 1024 : 512;
-}
-
-// Threads per block of the LL kernel (one 8-byte word per thread, so fewer threads spread a message
-// over more blocks and SMs): the fastest measured per size. 2x H200, graph, bf16 (session 5):
-// 128 / 256 / 512 threads 1.97 / 1.98 / 2.05 us at 8 B, 2.23 / 2.23 / 2.42 at 8 KB, 2.40 / 2.45 /
-// 2.56 at 32 KB, 3.05 / 3.04 / 3.13 at 128 KB, 7.57 / 6.61 / 5.44 at 512 KB. The one-GPU stand-in
-// (session 8 call 3) agrees: 128 best or tied up to 64 KB, 256 at 128 KB, 512 from 256 KB.
-int ll_threads(size_t bytes) {
-  if (bytes <= (size_t(64) << 10)) return 128;
-  if (bytes <= (size_t(128) << 10)) return 256;
-  return 512;
 }
 
 // Grid for the flag-based kernels: one-shot gives every thread one 16-byte unit of the step (its
@@ -113,7 +102,7 @@ void device_allreduce(coll::CollState& st, const void* src, void* dst, size_t co
   a.layout = st.layout;
   const size_t bytes = count * elem;
   a.ll = a.one_shot && bytes <= st.ll_max;
-  if (a.ll && st.threads <= 0) a.threads = ll_threads(bytes);
+  if (a.ll && st.threads <= 0) a.threads = coll::ll_threads(bytes);
   if (a.ll) {
     a.split = coll::make_split(count, elem, st.world, st.layout.cap, true, 1);  // count only
     size_t words = (bytes + 7) / 8;

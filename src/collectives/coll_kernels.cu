@@ -116,27 +116,34 @@ __device__ __forceinline__ bool wait_line(const LaunchArgs& a, int from, const c
   return true;
 }
 
-template <typename T, int Op>
+// One instantiation per kind (Kind == d.kind): the kind's branches fold away, so a launch runs a
+// short straight-line body. One-GPU stand-in, graph, 8 B-32 KB, A/B against one kernel for all
+// kinds that also loaded its first word during the counter read (session 8 call 10): all_gather
+// -0.3 us, broadcast and all_to_all -0.45, reduce -0.3, reduce_scatter -0.15. That early load, as
+// allreduce's LL kernel does it, gave wrong all_gather results in this per-kind form (501 and 1001
+// elements, with either copy_sync; call 11), cause not found: not used.
+template <typename T, int Op, int Kind>
 __global__ void __launch_bounds__(1024) coll_ll_kernel(CollLaunchArgs c) {
   const LaunchArgs& a = c.a;
+  const CollDesc& d = c.d;
+  const T* src = static_cast<const T*>(a.src);
+  const int me = a.rank, n = a.world;
+  const size_t w0 = size_t(blockIdx.x) * c.ll_words_per_block, wend = w0 + c.ll_words_per_block;
+  auto words = [](size_t bytes) { return (bytes + 7) / 8; };
+  auto al8 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7) == 0; };
+  const size_t wf = w0 + threadIdx.x;
   uint64_t seq0;
   if (!kernel_begin(a, seq0)) return;
-  const CollDesc& d = c.d;
   const DataLayout& L = a.layout;
-  const T* src = static_cast<const T*>(a.src);
   T* dst = static_cast<T*>(a.dst);
-  const int me = a.rank, n = a.world;
   const uint64_t seq = seq0 + 1;
   const uint32_t flag = uint32_t(seq);
   const int slot = int(seq & 1);
-  const size_t w0 = size_t(blockIdx.x) * c.ll_words_per_block, wend = w0 + c.ll_words_per_block;
   const bool token_thread = blockIdx.x == 0 && threadIdx.x == 0;
-  auto words = [](size_t bytes) { return (bytes + 7) / 8; };
-  auto al8 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7) == 0; };
 
   for (int p = 0; p < n; ++p) {  // push
     if (p == me) continue;
-    Piece sp = send_piece(d, p);
+    Piece sp = send_piece(d, p, Kind);
     const size_t bytes = sp.count * sizeof(T);
     const char* s = reinterpret_cast<const char*>(src + sp.src_off);
     char* lines = a.data[p] + L.ll(slot, me);
@@ -146,7 +153,7 @@ __global__ void __launch_bounds__(1024) coll_ll_kernel(CollLaunchArgs c) {
     }
     const size_t nw = words(bytes), hi = wend < nw ? wend : nw;
     const bool al = al8(s);
-    for (size_t w = w0 + threadIdx.x; w < hi; w += blockDim.x) {
+    for (size_t w = wf; w < hi; w += blockDim.x) {
       uint64_t v = load_word(s, w, bytes, al);
       store_ll(lines + w * 16, uint32_t(v), uint32_t(v >> 32), flag);
     }
@@ -156,8 +163,8 @@ __global__ void __launch_bounds__(1024) coll_ll_kernel(CollLaunchArgs c) {
     uint64_t v;
     if (token_thread) ok = ok && wait_line(a, r, a.data[me] + L.ll(slot, r), flag, &v);
   };
-  if (reducing(d.kind)) {
-    Piece rp = recv_piece(d, me);
+  if (reducing(Kind)) {
+    Piece rp = recv_piece(d, me, Kind);
     const size_t bytes = rp.count * sizeof(T);
     if (bytes == 0) {
       for (int r = 0; r < n; ++r)
@@ -191,14 +198,14 @@ __global__ void __launch_bounds__(1024) coll_ll_kernel(CollLaunchArgs c) {
     }
   } else {
     for (int r = 0; r < n && ok; ++r) {
-      Piece rp = recv_piece(d, r);
+      Piece rp = recv_piece(d, r, Kind);
       const size_t bytes = rp.count * sizeof(T);
       char* out = reinterpret_cast<char*>(dst + rp.dst_off);
       if (r != me && bytes == 0) {
         token(r);
         continue;
       }
-      const char* in = r == me ? reinterpret_cast<const char*>(src + send_piece(d, me).src_off) : nullptr;
+      const char* in = r == me ? reinterpret_cast<const char*>(src + send_piece(d, me, Kind).src_off) : nullptr;
       if (r == me && in == out) continue;
       const bool al = al8(out) && (in == nullptr || al8(in));
       const size_t nw = words(bytes), hi = wend < nw ? wend : nw;
@@ -246,12 +253,29 @@ __global__ void __launch_bounds__(1024) coll_ce_reduce_kernel(CeReduceArgs r) {
   reduce_block<T, Op>(ins, r.nin, outs, 1, m);
 }
 
+template <typename T, int Op, int Kind>
+void launch_ll(const CollLaunchArgs& c, DevStream st) {
+  gpu::dev::launch(coll_ll_kernel<T, Op, Kind>, unsigned(c.a.blocks), unsigned(c.a.threads), st, c.a.pdl, c);
+}
+
 template <typename T, int Op>
 void launch_typed(const CollLaunchArgs& c, DevStream st) {
   const LaunchArgs& a = c.a;
-  if (c.ll)
-    gpu::dev::launch(coll_ll_kernel<T, Op>, unsigned(a.blocks), unsigned(a.threads), st, a.pdl, c);
-  else
+  if (c.ll) {
+    switch (c.d.kind) {
+      case kReduceScatter: return launch_ll<T, Op, kReduceScatter>(c, st);
+      case kReduce: return launch_ll<T, Op, kReduce>(c, st);
+    }
+    if constexpr (Op == kOpSum) {  // the kinds that only move data run with kOpSum (launch_op)
+      switch (c.d.kind) {
+        case kAllGather: return launch_ll<T, Op, kAllGather>(c, st);
+        case kBroadcast: return launch_ll<T, Op, kBroadcast>(c, st);
+        case kAllToAll: return launch_ll<T, Op, kAllToAll>(c, st);
+        case kAllToAllV: return launch_ll<T, Op, kAllToAllV>(c, st);  // LL only when forced (Options)
+      }
+    }
+    throw InvalidArgument(common::cat("collective: no LL kernel for kind ", c.d.kind, " with op ", Op));
+  } else
     gpu::dev::launch(coll_push_kernel<T, Op>, unsigned(a.blocks), unsigned(a.threads), st, a.pdl, c);
 }
 

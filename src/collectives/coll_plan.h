@@ -55,9 +55,10 @@ struct Piece {
 PL_HD bool reducing(int kind) { return kind == kReduceScatter || kind == kReduce; }
 
 // What this rank (d.rank) sends to `to` (to == d.rank: its own piece, copied or reduced locally).
-PL_HD Piece send_piece(const CollDesc& d, int to) {
+// `kind` is d.kind; a kernel specialized for one kind passes it as a constant.
+PL_HD Piece send_piece(const CollDesc& d, int to, int kind) {
   Piece p;
-  switch (d.kind) {
+  switch (kind) {
     case kAllGather: p.count = d.count; break;
     case kReduceScatter: p.src_off = size_t(to) * d.count; p.count = d.count; break;
     case kBroadcast: p.count = d.rank == d.root ? d.count : 0; break;
@@ -69,9 +70,9 @@ PL_HD Piece send_piece(const CollDesc& d, int to) {
 }
 
 // What this rank receives from `from` (its src_off is only meaningful for from == d.rank).
-PL_HD Piece recv_piece(const CollDesc& d, int from) {
+PL_HD Piece recv_piece(const CollDesc& d, int from, int kind) {
   Piece p;
-  switch (d.kind) {
+  switch (kind) {
     case kAllGather: p.dst_off = size_t(from) * d.count; p.count = d.count; break;
     case kReduceScatter: p.src_off = size_t(d.rank) * d.count; p.count = d.count; break;
     case kBroadcast: p.count = from == d.root ? d.count : 0; break;
@@ -85,6 +86,9 @@ PL_HD Piece recv_piece(const CollDesc& d, int from) {
   }
   return p;
 }
+
+PL_HD Piece send_piece(const CollDesc& d, int to) { return send_piece(d, to, d.kind); }
+PL_HD Piece recv_piece(const CollDesc& d, int from) { return recv_piece(d, from, d.kind); }
 
 // The largest piece this rank takes part in (sending or receiving). Every rank computes the same
 // value for the fixed-size kinds; all_to_all_v ranks agree on the maximum first (header step).

@@ -117,7 +117,9 @@ void device_run(coll::CollState& st, const Call& c, CollAlgo algo, void* stream)
   if (algo == CollAlgo::LL) {
     // The LL grid need not agree across ranks (every line carries its own flag; layout.h).
     L.ll = true;
-    size_t words = (coll::local_max_piece(c.d) * elem + 7) / 8;
+    const size_t piece_bytes = coll::local_max_piece(c.d) * elem;
+    if (st.threads <= 0) a.threads = coll::ll_threads(piece_bytes);
+    size_t words = (piece_bytes + 7) / 8;
     a.blocks = st.blocks_override > 0 ? st.blocks_override : clamp_int((words + a.threads - 1) / a.threads, 1, all);
     L.ll_words_per_block = std::max<size_t>(1, (words + a.blocks - 1) / a.blocks);
   } else {

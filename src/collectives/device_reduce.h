@@ -62,6 +62,7 @@ __device__ void reduce_block(const T* const* ins, int nin, T* const* outs, int n
 __device__ __forceinline__ uint64_t load_word(const char* p, size_t w, size_t bytes, bool aligned) {
   size_t off = w * 8;
   if (aligned && off + 8 <= bytes) return *reinterpret_cast<const uint64_t*>(p + off);
+  if (aligned && off + 4 == bytes) return *reinterpret_cast<const uint32_t*>(p + off);  // 4-byte tail: one load
   unsigned char b[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) b[i] = off + i < bytes ? static_cast<unsigned char>(p[off + i]) : 0;
@@ -74,6 +75,10 @@ __device__ __forceinline__ void store_word(char* p, size_t w, size_t bytes, bool
   size_t off = w * 8;
   if (aligned && off + 8 <= bytes) {
     *reinterpret_cast<uint64_t*>(p + off) = v;
+    return;
+  }
+  if (aligned && off + 4 == bytes) {
+    *reinterpret_cast<uint32_t*>(p + off) = uint32_t(v);
     return;
   }
 #pragma unroll
