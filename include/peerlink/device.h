@@ -36,8 +36,9 @@ class RelaxedCaptureScope {
   void* impl_;
 };
 
-// Synchronous copy in any direction (device or host memory on either side), landed on return.
-// Host to host is a plain memcpy (also in host-only builds).
+// Synchronous copy in any direction (device or host memory on either side), landed on return. It
+// waits for this copy only, not for work on other streams: synchronize those first when the copy
+// reads what they write. Host to host is a plain memcpy (also in host-only builds).
 void copy_sync(void* dst, const void* src, size_t bytes);
 // Stream-ordered copy (cudaMemcpyAsync, any direction; capturable). UnsupportedError in host-only builds.
 void copy_async(void* dst, const void* src, size_t bytes, void* stream);
