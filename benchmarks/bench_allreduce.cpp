@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +19,7 @@
 #include "common/cli.h"
 #include "common/launch.h"
 #include "common/nccl_dl.h"
+#include "common/warmup.h"
 #include "peerlink/device.h"
 #include "peerlink/peerlink.h"
 #if __has_include("peerlink/collectives.h")
@@ -147,18 +147,10 @@ class RankRunner {
   RankRunner(const RankRunner&) = delete;
   RankRunner& operator=(const RankRunner&) = delete;
 
-  // As nccl-tests' TimeTest: `warmup` untimed calls at the sweep's largest and then its smallest
-  // count, before the first row, so that no implementation's first row pays for a cold GPU. (One
-  // H200 with -n 50 -w 5: the first row, peerlink's, read 3.03 us against 1.77 us for the next size,
-  // session 8 call 1; NCCL, measured second at each size, never paid it.) Errors surface in measure.
-  void prewarm(Impl& impl, std::initializer_list<size_t> counts, void* send, void* recv) {
-    try {
-      for (size_t count : counts) {
-        for (int i = 0; i < c_.warmup; ++i) impl.run(send, recv, count, stream_);
-        sync(impl);
-      }
-    } catch (const std::exception&) {
-    }
+  // Untimed calls before the sweep (common/warmup.h).
+  void prewarm(Impl& impl, const std::vector<size_t>& counts, void* send, void* recv) {
+    bench::prewarm(
+        c_.warmup, counts, [&](size_t count) { impl.run(send, recv, count, stream_); }, [&] { sync(impl); });
   }
 
   // Out-of-place allreduce of `count` elements with `impl`: check, time, check again.
@@ -322,7 +314,7 @@ int run_pass(const Config& c, const std::string& uid, int rank, const std::vecto
   for (size_t bytes : sizes)
     if (!first && bytes / es) first = bytes / es;
   for (Impl* im : {&pl, &nc})
-    if (im->available && first) runner.prewarm(*im, {max_bytes / es, first}, send, recv);
+    if (im->available) runner.prewarm(*im, {max_bytes / es, first}, send, recv);
   for (size_t bytes : sizes) {
     size_t count = bytes / es;
     if (count == 0) continue;

@@ -22,6 +22,7 @@
 #include "common/launch.h"
 #include "common/nccl_dl.h"
 #include "common/pl_types.h"
+#include "common/warmup.h"
 #include "peerlink/collectives.h"
 #include "peerlink/device.h"
 #include "peerlink/peerlink.h"
@@ -239,23 +240,15 @@ int run_rank(const Config& c, const std::string& uid, int rank, const std::vecto
   }
   Reporter rep(c, comm, impls);
   Data data(c, rank, n);
-  // As nccl-tests' TimeTest: `warmup` untimed calls of each implementation at the largest and then
-  // the smallest size before the first row, so that no first row pays for a cold GPU (bench_allreduce
-  // says what it measured). Errors surface in measure.
-  std::vector<size_t> warm;
-  for (size_t b : {sizes.back(), sizes.front()})
-    if (b / es / size_t(n) > 0) warm.push_back(b / es / n * n);
-  for (Impl& im : impls) {
-    if (!im.available) continue;
-    try {
-      for (size_t elems : warm) {
-        for (int i = 0; i < cfg.warmup; ++i) im.run(shape_of(c.op, elems, n).piece, stream);
-        if (stream) peerlink::device::stream_sync(stream);
-        if (im.after_sync) im.after_sync();
-      }
-    } catch (const std::exception&) {
-    }
-  }
+  // Untimed calls of each implementation before the sweep (common/warmup.h).
+  for (Impl& im : impls)
+    if (im.available)
+      bench::prewarm(cfg.warmup, {sizes.back() / es / n * n, sizes.front() / es / n * n},
+                     [&](size_t elems) { im.run(shape_of(c.op, elems, n).piece, stream); },
+                     [&] {
+                       if (stream) peerlink::device::stream_sync(stream);
+                       if (im.after_sync) im.after_sync();
+                     });
   for (size_t bytes : sizes) {
     size_t elems = bytes / es / n * n;  // a multiple of n elements, as nccl-tests
     if (elems == 0) continue;
