@@ -118,10 +118,8 @@ __device__ __forceinline__ bool wait_line(const LaunchArgs& a, int from, const c
 
 // One instantiation per kind (Kind == d.kind): the kind's branches fold away, so a launch runs a
 // short straight-line body. One-GPU stand-in, graph, 8 B-32 KB, A/B against one kernel for all
-// kinds that also loaded its first word during the counter read (session 8 call 10): all_gather
-// -0.3 us, broadcast and all_to_all -0.45, reduce -0.3, reduce_scatter -0.15. That early load, as
-// allreduce's LL kernel does it, gave wrong all_gather results in this per-kind form (501 and 1001
-// elements, with either copy_sync; call 11), cause not found: not used.
+// kinds (session 8 call 10): all_gather -0.3 us, broadcast and all_to_all -0.45, reduce -0.3,
+// reduce_scatter -0.15.
 template <typename T, int Op, int Kind>
 __global__ void __launch_bounds__(1024) coll_ll_kernel(CollLaunchArgs c) {
   const LaunchArgs& a = c.a;
@@ -131,15 +129,47 @@ __global__ void __launch_bounds__(1024) coll_ll_kernel(CollLaunchArgs c) {
   const size_t w0 = size_t(blockIdx.x) * c.ll_words_per_block, wend = w0 + c.ll_words_per_block;
   auto words = [](size_t bytes) { return (bytes + 7) / 8; };
   auto al8 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7) == 0; };
+  // The thread's first word for the first peer is loaded while the counter read is in flight, as
+  // allreduce's LL kernel does: one memory latency less per call (stand-in, session 9 call 1:
+  // all_gather 2.26 -> 2.07 us, all_to_all 2.35 -> 2.15 at 4 KB). Only whole words and 4-byte
+  // tails, one aligned load each: a misaligned piece's eight byte loads there made an 8 B
+  // all_to_all 0.1 us slower (session 8 call 6), and with a partial last word loaded byte by byte
+  // here, one all_gather case (bf16, 501 elements, 2 processes on one GPU) got one wrong byte,
+  // every run (session 8 call 11, session 9 call 1; memcheck clean, the SASS's scoreboard waits
+  // looked right; cause not found). The partial word is loaded after the counter read instead.
+  const int p0 = me == 0 ? 1 : 0;
   const size_t wf = w0 + threadIdx.x;
+  uint64_t first = 0;
+  bool have_first = false;
   uint64_t seq0;
-  if (!kernel_begin(a, seq0)) return;
+  if (!kernel_begin(a, seq0, [&] {
+        if (p0 < n) {
+          Piece sp = send_piece(d, p0, Kind);
+          const size_t bytes = sp.count * sizeof(T);
+          const char* s = reinterpret_cast<const char*>(src + sp.src_off);
+          const size_t off = wf * 8;
+          if (al8(s) && wf < wend && (off + 8 <= bytes || off + 4 == bytes)) {
+            first = load_word(s, wf, bytes, true);
+            have_first = true;
+          }
+        }
+      }))
+    return;
   const DataLayout& L = a.layout;
   T* dst = static_cast<T*>(a.dst);
   const uint64_t seq = seq0 + 1;
   const uint32_t flag = uint32_t(seq);
   const int slot = int(seq & 1);
   const bool token_thread = blockIdx.x == 0 && threadIdx.x == 0;
+  // `first` is also word wf of our own piece when that piece is what we pushed to p0 (all_gather,
+  // the root of reduce and broadcast): the copy or reduction of our own part needs no second load.
+  const Piece sp0 = p0 < n ? send_piece(d, p0, Kind) : Piece{};
+  const char* s0 = reinterpret_cast<const char*>(src + sp0.src_off);
+  const bool pre = have_first;  // `first` holds word wf of s0
+  auto own_word = [&](const char* own, size_t own_bytes, size_t w, bool al) {
+    const bool same = pre && own == s0 && own_bytes == sp0.count * sizeof(T);
+    return same && w == wf ? first : load_word(own, w, own_bytes, al);
+  };
 
   for (int p = 0; p < n; ++p) {  // push
     if (p == me) continue;
@@ -154,7 +184,7 @@ __global__ void __launch_bounds__(1024) coll_ll_kernel(CollLaunchArgs c) {
     const size_t nw = words(bytes), hi = wend < nw ? wend : nw;
     const bool al = al8(s);
     for (size_t w = wf; w < hi; w += blockDim.x) {
-      uint64_t v = load_word(s, w, bytes, al);
+      uint64_t v = pre && p == p0 && w == wf ? first : load_word(s, w, bytes, al);
       store_ll(lines + w * 16, uint32_t(v), uint32_t(v >> 32), flag);
     }
   }
@@ -180,7 +210,7 @@ __global__ void __launch_bounds__(1024) coll_ll_kernel(CollLaunchArgs c) {
         typename A::type acc[E];
         for (int r = 0; r < n && ok; ++r) {
           uint64_t v;
-          if (r == me) v = load_word(own, w, bytes, al);
+          if (r == me) v = own_word(own, bytes, w, al);
           else ok = wait_line(a, r, a.data[me] + L.ll(slot, r) + w * 16, flag, &v);
           T x[E];
           memcpy(x, &v, 8);
@@ -211,7 +241,7 @@ __global__ void __launch_bounds__(1024) coll_ll_kernel(CollLaunchArgs c) {
       const size_t nw = words(bytes), hi = wend < nw ? wend : nw;
       for (size_t w = w0 + threadIdx.x; w < hi && ok; w += blockDim.x) {
         uint64_t v = 0;
-        if (r == me) v = load_word(in, w, bytes, al);
+        if (r == me) v = own_word(in, bytes, w, al);
         else ok = wait_line(a, r, a.data[me] + L.ll(slot, r) + w * 16, flag, &v);
         if (ok) store_word(out, w, bytes, al, v);
       }
