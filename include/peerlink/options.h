@@ -144,6 +144,9 @@ struct Options {
   // Most blocks one stream send/recv channel uses (PEERLINK_STREAM_BLOCKS, [0, 1024]); 0 = the
   // built-in default (64). The grid is capped at the multiprocessor count whatever the setting.
   int stream_blocks = 0;
+  // Threads per block of the stream send/recv kernel (PEERLINK_STREAM_THREADS, 0 or a multiple of 32
+  // in [32, 512]); 0 = by the launch's largest message (stream_launch.h: stream_threads_for).
+  int stream_threads = 0;
   // GPU messages up to this many bytes travel as LL lines (flag in every 16-byte line: no fence, no
   // ready flag), split over several blocks (one per 8 KB); 0 = never (PEERLINK_STREAM_LL_MAX,
   // [0, 512 KB], rounded up to 8). Every rank must agree (the area layout follows it). 256 KB:

@@ -54,6 +54,7 @@ constexpr Range kCollCeChunk{"coll_ce_chunk_bytes", "PEERLINK_COLL_CE_CHUNK_BYTE
 constexpr Range kCollCeLanes{"coll_ce_lanes", "PEERLINK_COLL_CE_LANES", 1, 4};
 constexpr Range kStreamPdl{"stream_pdl", "PEERLINK_STREAM_PDL", -1, 1};
 constexpr Range kStreamBlocks{"stream_blocks", "PEERLINK_STREAM_BLOCKS", 0, 1024};
+constexpr Range kStreamThreads{"stream_threads", "PEERLINK_STREAM_THREADS", 0, 512};
 constexpr Range kStreamLlMax{"stream_ll_max", "PEERLINK_STREAM_LL_MAX", 0, 512LL << 10};
 constexpr Range kStreamCeMin{"stream_ce_min", "PEERLINK_STREAM_CE_MIN", 0, 1LL << 40};
 constexpr Range kStreamCeLanes{"stream_ce_lanes", "PEERLINK_STREAM_CE_LANES", 1, 4};
@@ -242,6 +243,7 @@ Options Options::from_env() {
   if (const char* v = env(kCollCeLanes.var)) o.coll_ce_lanes = static_cast<int>(parse_int(kCollCeLanes, v));
   if (const char* v = env(kStreamPdl.var)) o.stream_pdl = parse_bool(kStreamPdl.var, v) ? 1 : 0;
   if (const char* v = env(kStreamBlocks.var)) o.stream_blocks = static_cast<int>(parse_int(kStreamBlocks, v));
+  if (const char* v = env(kStreamThreads.var)) o.stream_threads = static_cast<int>(parse_int(kStreamThreads, v));
   if (const char* v = env(kStreamLlMax.var)) o.stream_ll_max = static_cast<size_t>(parse_int(kStreamLlMax, v));
   if (const char* v = env(kStreamCeMin.var)) o.stream_ce_min = static_cast<size_t>(parse_int(kStreamCeMin, v));
   if (const char* v = env("PEERLINK_STREAM_ACQUIRE_LOAD"))
@@ -292,6 +294,10 @@ void Options::validate() const {
   check(kCollCeLanes, coll_ce_lanes);
   check(kStreamPdl, stream_pdl);
   check(kStreamBlocks, stream_blocks);
+  check(kStreamThreads, stream_threads);
+  if (stream_threads % 32 != 0)
+    throw InvalidArgument(cat("Options::stream_threads ", stream_threads, " is not a multiple of 32 (0 = by size; ",
+                              kStreamThreads.var, ")"));
   check_size(kStreamLlMax, stream_ll_max);
   check_size(kStreamCeMin, stream_ce_min);
   check(kStreamCeLanes, stream_ce_lanes);

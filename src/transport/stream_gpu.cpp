@@ -145,6 +145,11 @@ void StreamEngine::assign_blocks(StreamLaunch& L) const {
     }
   L.nblocks = next;
   L.pdl = pdl_ ? 1 : 0;
+  uint64_t largest = 0;
+  for (int c = 0; c < L.nch; ++c)
+    for (int i = 0; i < L.ch[c].nops; ++i) largest = std::max(largest, L.ops[L.ch[c].first_op + i].len);
+  const int fixed = impl_.options().stream_threads;
+  L.threads = fixed > 0 ? fixed : stream_threads_for(largest);
 }
 
 void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {

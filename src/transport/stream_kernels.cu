@@ -375,7 +375,7 @@ __global__ void __launch_bounds__(kThreads, 1) stream_batch_kernel(const PL_GRID
 }  // namespace
 
 void launch_stream_batch(const StreamLaunch& l, void* stream) {
-  gpu::dev::launch(stream_batch_kernel, unsigned(l.nblocks), kThreads, static_cast<gpu::rt::Stream>(stream),
+  gpu::dev::launch(stream_batch_kernel, unsigned(l.nblocks), unsigned(l.threads), static_cast<gpu::rt::Stream>(stream),
                    l.pdl != 0, l);
   gpu::dev::check_launch("stream send/recv kernel launch");  // GpuError: error string, code and device
 }

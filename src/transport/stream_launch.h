@@ -29,7 +29,13 @@ constexpr uint32_t kErrProtocol = 3;   // a peer's descriptor or chunk header ma
 constexpr uint32_t kErrAborted = 4;    // the peer stopped the pair (it saw a failure): its error tells why
 constexpr uint32_t kErrRawLength = 5;  // NCCL form: the send's length differed from the recv's (pair stopped)
 
-constexpr int kStreamThreads = 512;    // threads per block
+constexpr int kStreamThreads = 512;    // most threads per block (the kernel's launch bound)
+// Threads per block for a launch whose largest message has `len` bytes: one 8-byte LL line per
+// thread up to 1 KB. One-GPU stand-in, graph, ping-pong one-way (session 9 calls 3-4): 128 threads
+// instead of 512 took 0.25-0.35 us off at 8 B-1 KB (published 2.92-2.97 -> 2.62-2.65 us, NCCL form
+// 3.24-3.27 -> 2.90-2.92), 256 threads 0.2 us at 2 KB (2.98-3.03 -> 2.76-2.79); at 4 KB 512 threads
+// were as fast as 256 and 0.45 us faster than 128, from 8 KB up faster than both.
+constexpr int stream_threads_for(uint64_t len) { return len <= 1024 ? 128 : len <= 2048 ? 256 : kStreamThreads; }
 // Most blocks one channel gets (Options::stream_blocks overrides; the grid is also capped at the
 // multiprocessor count). 64 blocks of 512 threads with 4 x 16-byte loads in flight per thread keep
 // ~2 MB of stores outstanding, far more than the NVLink bandwidth-delay product (~450 GB/s x ~2 us
@@ -75,7 +81,7 @@ struct StreamLaunch {
   int32_t pdl;      // launched with programmatic dependent launch
   uint32_t slots;
   int32_t acq_load;  // Options::stream_acquire_load
-  int32_t pad2;
+  int32_t threads;  // per block: Options::stream_threads or stream_threads_for(largest message)
   uint64_t chunk;
   uint64_t timeout_ns;
   uint32_t* error;       // host-mapped

@@ -52,7 +52,9 @@ TEST(Config, AllreduceKnobsAreOptionsFields) {
   env.set("PEERLINK_ALLREDUCE_PDL", "0");
   env.set("PEERLINK_ALLREDUCE_ONESHOT_GENERIC", "1");
   env.set("PEERLINK_ALLREDUCE_ALGO", "TwoShot");
+  env.set("PEERLINK_STREAM_THREADS", "256");
   Options o = Options::from_env();
+  EXPECT_EQ(o.stream_threads, 256);
   EXPECT_EQ(o.allreduce_scratch_bytes, 4096u);
   EXPECT_EQ(o.allreduce_threads, 256);
   EXPECT_EQ(o.allreduce_blocks, 64);
@@ -70,7 +72,8 @@ TEST(Config, FromEnvNamesTheVariableAndValue) {
                {"PEERLINK_ALLREDUCE_SCRATCH_BYTES", "8"}, {"PEERLINK_ALLREDUCE_LL_MAX", "1e3"},
                {"PEERLINK_ALLREDUCE_PDL", "maybe"},   {"PEERLINK_ALLREDUCE_ALGO", "fastest"},
                {"PEERLINK_RELAY_SLOTS", "1"},         {"PEERLINK_TIMEOUT_MS", "99999999999999999999"},
-               {"PEERLINK_P2P_LEVEL", "PCIE"},        {"PEERLINK_DEBUG", "loud"}};
+               {"PEERLINK_P2P_LEVEL", "PCIE"},        {"PEERLINK_DEBUG", "loud"},
+               {"PEERLINK_STREAM_THREADS", "100"},    {"PEERLINK_STREAM_THREADS", "1024"}};
   for (const Case& c : cases) {
     EnvScope env;
     env.set(c.var, c.value);
@@ -92,6 +95,8 @@ TEST(Config, ValidateHoldsValuesFromCodeToTheSameRules) {
   bad([](Options& o) { o.stripe_streams = 0; }, "stripe_streams");
   bad([](Options& o) { o.allreduce_blocks = kMaxAllreduceBlocks + 1; }, "allreduce_blocks");
   bad([](Options& o) { o.allreduce_threads = 4096; }, "allreduce_threads");
+  bad([](Options& o) { o.stream_threads = 48; }, "stream_threads");
+  bad([](Options& o) { o.stream_threads = 544; }, "stream_threads");
   bad([](Options& o) { o.allreduce_scratch_bytes = 8; }, "allreduce_scratch_bytes");
   bad([](Options& o) { o.allreduce_pdl = 2; }, "allreduce_pdl");
   bad([](Options& o) { o.allreduce_algo = "quick"; }, "quick");
