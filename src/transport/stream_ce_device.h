@@ -12,7 +12,7 @@ namespace {  // one translation unit includes this
 // pub_sent. k comes from the device-resident pub_sent both times (nothing baked into a graph).
 __device__ void ce_wait(const Ctx& x) {
   const DevChannel& c = *x.c;
-  const DevOp& op = x.L->ops[c.first_op];
+  const DevOp& op = x.ops[c.first_op];
   if (threadIdx.x != 0) return;
   const uint64_t k = load_volatile(&c.mine->pub_sent.v) + 1;
   if (!wait_ge_acquire(x, &c.mine->pub_posted.v, k)) return;
@@ -28,7 +28,7 @@ __device__ void ce_wait(const Ctx& x) {
 
 __device__ void ce_done(const Ctx& x) {
   const DevChannel& c = *x.c;
-  const DevOp& op = x.L->ops[c.first_op];
+  const DevOp& op = x.ops[c.first_op];
   if (threadIdx.x != 0) return;
   const uint64_t k = load_volatile(&c.mine->pub_sent.v) + 1;
   const uint64_t st = load_volatile(&c.mine->ce_status[k % kDescRing]);

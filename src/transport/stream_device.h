@@ -24,7 +24,8 @@ constexpr uint64_t kRawLLOff = raw_ll_offset();  // constants, usable in device 
 constexpr uint64_t kPubLLOff = pub_ll_offset();
 
 struct Ctx {
-  const StreamLaunch* L;
+  const StreamLaunchHeader* L;
+  const DevOp* ops;  // the launch's ops (its parameter block)
   const DevChannel* c;
   uint64_t* abort;  // c->mine->error.v: set once the pair failed
   int blk;          // this block's index among the channel's blocks

@@ -7,6 +7,8 @@
 // fence.acq_rel.sys, and data a peer rewrites (staging slots) is read with L1-bypassing loads.
 // Every spin is bounded by the global timer against Options::timeout; on expiry the error word
 // (host-mapped) records it and the pair's abort word stops every later kernel on that pair at once.
+#include <algorithm>
+
 #include "gpu/device.h"
 #include "peerlink/errors.h"
 #include "transport/stream_ce_device.h"
@@ -45,7 +47,7 @@ __device__ void send_pub(const Ctx& x) {
   __shared__ int s_go, s_ok;
   const uint64_t base = load_volatile(&c.mine->pub_sent.v);
   for (int i = 0; i < c.nops; ++i) {
-    const DevOp& op = x.L->ops[c.first_op + i];
+    const DevOp& op = x.ops[c.first_op + i];
     const uint64_t k = base + i + 1;
     if (is_ll(op.len, x.L->ll_max)) {
       if (!send_pub_ll(x, op, k)) break;
@@ -112,7 +114,7 @@ __device__ void recv_pub(const Ctx& x) {
   const uint64_t base = load_volatile(&c.mine->pub_recvd.v);
   const uint64_t ll_max = x.L->ll_max;
   for (int i = 0; i < c.nops && (x.blk == 0 || c.nops == 1); ++i) {
-    const DevOp& op = x.L->ops[c.first_op + i];
+    const DevOp& op = x.ops[c.first_op + i];
     const uint64_t k = base + i + 1;
     char* slot = ll_max ? ll_slot(x, c.mine, k) : nullptr;
     if (threadIdx.x == 0) {
@@ -186,7 +188,7 @@ __device__ void send_raw(const Ctx& x) {
   uint64_t t0 = 0;  // first chunk of op i within the run
   bool failed = false;
   for (int i = 0; i < c.nops && !failed; ++i) {
-    const DevOp& op = x.L->ops[c.first_op + i];
+    const DevOp& op = x.ops[c.first_op + i];
     const bool ll = is_ll(op.len, x.L->ll_max);
     const uint64_t n = chunks_of(op.len, chunk, x.L->ll_max);
     uint64_t j = (uint64_t(x.blk) + uint64_t(x.nb) - t0 % uint64_t(x.nb)) % uint64_t(x.nb);
@@ -261,12 +263,12 @@ __device__ void recv_raw(const Ctx& x) {
   if (x.blk == 0 && threadIdx.x == blockDim.x - 1 && g0 > 0)
     store_release_system(&c.remote->raw_slot_consumed[(g0 - 1) % slots].v, g0);
   uint64_t run = 0;  // chunks of this launch
-  for (int i = 0; i < c.nops; ++i) run += chunks_of(x.L->ops[c.first_op + i].len, chunk, x.L->ll_max);
+  for (int i = 0; i < c.nops; ++i) run += chunks_of(x.ops[c.first_op + i].len, chunk, x.L->ll_max);
   const uint64_t g_last = g0 + run - 1;
   uint64_t t0 = 0;
   bool failed = false;
   for (int i = 0; i < c.nops && !failed; ++i) {
-    const DevOp& op = x.L->ops[c.first_op + i];
+    const DevOp& op = x.ops[c.first_op + i];
     const bool ll = is_ll(op.len, x.L->ll_max);
     const uint64_t piece = ll ? kLLPiece : chunk;
     const uint64_t n = chunks_of(op.len, chunk, x.L->ll_max);
@@ -343,7 +345,8 @@ __device__ void recv_raw(const Ctx& x) {
 
 // One block per multiprocessor is guaranteed to fit (the host caps the grid at the SM count), so all
 // blocks of a launch are resident together and the channels of a group cannot starve each other.
-__global__ void __launch_bounds__(kThreads, 1) stream_batch_kernel(const PL_GRID_CONSTANT StreamLaunch L) {
+template <int Ops, int Channels>
+__global__ void __launch_bounds__(kThreads, 1) stream_batch_kernel(const PL_GRID_CONSTANT StreamLaunchOf<Ops, Channels> L) {
   // PDL (when launched with it): this kernel may have been scheduled while the previous kernel of
   // the stream still runs. Everything below reads what that kernel may write (the user's source
   // buffer, our channel counters when it is one of ours), so wait first; then let the next kernel of
@@ -356,7 +359,7 @@ __global__ void __launch_bounds__(kThreads, 1) stream_batch_kernel(const PL_GRID
   for (int c = 0; c < L.nch; ++c)
     if (int(blockIdx.x) >= L.ch[c].first_block && int(blockIdx.x) < L.ch[c].first_block + L.ch[c].nblocks) ci = c;
   const DevChannel& ch = L.ch[ci];
-  Ctx x{&L, &ch, &ch.mine->error.v, int(blockIdx.x) - ch.first_block, ch.nblocks};
+  Ctx x{&L, L.ops, &ch, &ch.mine->error.v, int(blockIdx.x) - ch.first_block, ch.nblocks};
   if (load_volatile(x.abort)) {
     // The pair failed earlier (here or on the peer): never wait again; make sure the host hears of it.
     if (threadIdx.x == 0) record_error(x, kErrAborted);
@@ -375,8 +378,20 @@ __global__ void __launch_bounds__(kThreads, 1) stream_batch_kernel(const PL_GRID
 }  // namespace
 
 void launch_stream_batch(const StreamLaunch& l, void* stream) {
-  gpu::dev::launch(stream_batch_kernel, unsigned(l.nblocks), unsigned(l.threads), static_cast<gpu::rt::Stream>(stream),
-                   l.pdl != 0, l);
+  const auto st = static_cast<gpu::rt::Stream>(stream);
+  int nops = 0;
+  for (int c = 0; c < l.nch; ++c) nops = std::max(nops, l.ch[c].first_op + l.ch[c].nops);
+  if (l.nch <= kSmallLaunchChannels && nops <= kSmallLaunchOps) {
+    StreamLaunchOf<kSmallLaunchOps, kSmallLaunchChannels> s{};
+    static_cast<StreamLaunchHeader&>(s) = l;
+    std::copy(l.ops, l.ops + nops, s.ops);
+    std::copy(l.ch, l.ch + l.nch, s.ch);
+    gpu::dev::launch(stream_batch_kernel<kSmallLaunchOps, kSmallLaunchChannels>, unsigned(l.nblocks),
+                     unsigned(l.threads), st, l.pdl != 0, s);
+  } else {
+    gpu::dev::launch(stream_batch_kernel<kMaxLaunchOps, kMaxLaunchChannels>, unsigned(l.nblocks), unsigned(l.threads),
+                     st, l.pdl != 0, static_cast<const FullLaunch&>(l));
+  }
   gpu::dev::check_launch("stream send/recv kernel launch");  // GpuError: error string, code and device
 }
 
