@@ -172,7 +172,14 @@ __device__ void recv_pub(const Ctx& x) {
 // one empty chunk when len is 0. (Host side: StreamEngine::assign_blocks counts the same way.)
 __device__ __forceinline__ uint64_t chunks_of(uint64_t len, uint64_t chunk, uint64_t ll_max) {
   const uint64_t piece = is_ll(len, ll_max) ? kLLPiece : chunk;
-  return len ? (len + piece - 1) / piece : 1;
+  return len ? div_up_pow2(len, piece) : 1;
+}
+
+// The first chunk of a message that block x.blk takes, when the message's chunks start at t0 of the
+// channel's run (blocks take t = blk, blk + nb, ...).
+__device__ __forceinline__ uint64_t first_piece(const Ctx& x, uint64_t t0) {
+  if (x.nb == 1) return 0;  // the common case, without the divisions
+  return (uint64_t(x.blk) + uint64_t(x.nb) - t0 % uint64_t(x.nb)) % uint64_t(x.nb);
 }
 
 // NCCL form, sender. The channel's messages are one run of chunks g0, g0 + 1, ... (a message of
@@ -191,10 +198,10 @@ __device__ void send_raw(const Ctx& x) {
     const DevOp& op = x.ops[c.first_op + i];
     const bool ll = is_ll(op.len, x.L->ll_max);
     const uint64_t n = chunks_of(op.len, chunk, x.L->ll_max);
-    uint64_t j = (uint64_t(x.blk) + uint64_t(x.nb) - t0 % uint64_t(x.nb)) % uint64_t(x.nb);
+    uint64_t j = first_piece(x, t0);
     for (; j < n; j += uint64_t(x.nb)) {
       const uint64_t g = g0 + t0 + j;
-      const uint64_t slot = g % slots;
+      const uint64_t slot = mod_pow2(g, slots);
       if (threadIdx.x == 0) {
         // Acquired: the receiver's reads of the slot happened before it released it.
         s_go = wait_ge_acquire(x, &c.mine->raw_slot_consumed[slot].v, g + 1 <= slots ? 0 : g + 1 - slots);
@@ -261,7 +268,7 @@ __device__ void recv_raw(const Ctx& x) {
   // releases of the same slot in this launch follow chunks the sender could only stage after seeing
   // this one, so the flag never goes back.
   if (x.blk == 0 && threadIdx.x == blockDim.x - 1 && g0 > 0)
-    store_release_system(&c.remote->raw_slot_consumed[(g0 - 1) % slots].v, g0);
+    store_release_system(&c.remote->raw_slot_consumed[mod_pow2(g0 - 1, slots)].v, g0);
   uint64_t run = 0;  // chunks of this launch
   for (int i = 0; i < c.nops; ++i) run += chunks_of(x.ops[c.first_op + i].len, chunk, x.L->ll_max);
   const uint64_t g_last = g0 + run - 1;
@@ -272,10 +279,10 @@ __device__ void recv_raw(const Ctx& x) {
     const bool ll = is_ll(op.len, x.L->ll_max);
     const uint64_t piece = ll ? kLLPiece : chunk;
     const uint64_t n = chunks_of(op.len, chunk, x.L->ll_max);
-    uint64_t j = (uint64_t(x.blk) + uint64_t(x.nb) - t0 % uint64_t(x.nb)) % uint64_t(x.nb);
+    uint64_t j = first_piece(x, t0);
     for (; j < n; j += uint64_t(x.nb)) {
       const uint64_t g = g0 + t0 + j;
-      const uint64_t slot = g % slots, off = j * piece;
+      const uint64_t slot = mod_pow2(g, slots), off = j * piece;
       const uint64_t len = op.len - off < piece ? op.len - off : piece;
       if (threadIdx.x == 0) {
         const char* area = x.L->ll_max ? raw_ll(c.mine, slot) : nullptr;
