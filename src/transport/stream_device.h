@@ -1,4 +1,5 @@
-// Device helpers of the stream-ordered engine's kernels (stream_kernels.cu, the only includer):
+// Device helpers of the stream-ordered engine's kernels (one translation unit: stream_kernels.cu and
+// the per-form device headers it includes, stream_pub/raw/ce_device.h):
 // the launch context, error recording and the pair abort, bounded flag waits, the block copy, and
 // the LL line format with its reader. Kept apart so each file stays small; see stream_kernels.cu
 // for the memory-ordering rules they follow.
@@ -45,6 +46,13 @@ __device__ void record_error(const Ctx& x, uint32_t code) {
   volatile uint32_t* err = x.L->error;
   if (*err == 0) *err = code | (uint32_t(x.c->peer) << 8);
   __threadfence_system();
+}
+
+// The pair failed earlier (here or on the peer): never wait again; make sure the host hears of it.
+__device__ bool stop_if_aborted(const Ctx& x, uint64_t aborted) {
+  if (!aborted) return false;
+  if (threadIdx.x == 0) record_error(x, kErrAborted);
+  return true;
 }
 
 // Stops the pair on both sides: our abort word, and the peer's for this pair (its kernels stop
@@ -188,11 +196,36 @@ __device__ __forceinline__ void ll_range(uint64_t len, int part, int parts, uint
   l1 = l0 + per < lines ? l0 + per : lines;
 }
 
+// The thread's first data word of an LL write (line l0 + threadIdx.x of src's len bytes), loaded
+// before the sender's credit is known, so that the two loads overlap: a whole aligned word only,
+// in one load (else `have` is false and ll_write loads it).
+struct FirstWord {
+  uint64_t v = 0;
+  bool have = false;
+};
+__device__ __forceinline__ FirstWord ll_first_word(const char* src, uint64_t len, uint64_t l0, uint64_t l1) {
+  FirstWord w;
+  const uint64_t i = l0 + threadIdx.x;
+  if (i < l1 && (reinterpret_cast<uintptr_t>(src) & 7) == 0 && 8 * i + 8 <= len) {
+    w.v = *reinterpret_cast<const uint64_t*>(src + 8 * i);
+    w.have = true;
+  }
+  return w;
+}
+
+// What a send loaded before its first message: the thread's first data word and (thread 0, in
+// acquire-load mode) the credit word, acquired.
+struct SendStart {
+  FirstWord first;
+  bool have_credit = false;
+  uint64_t credit = 0;
+};
+
 // All threads of the block: the header lines {h[0], f, h[1], f} {h[2], f, h[3], f} when `header`, then
 // data lines [l0, l1) of src's `len` bytes as {lo, f, hi, f}. Plain volatile stores into the peer's
-// memory: no fence, no flag.
+// memory: no fence, no flag. `first`: the thread's first line, when ll_first_word loaded it.
 __device__ void ll_write(char* slot, const char* src, uint64_t len, uint32_t f, const uint32_t* h, bool header,
-                         uint64_t l0, uint64_t l1) {
+                         uint64_t l0, uint64_t l1, FirstWord first = {}) {
   if (header && threadIdx.x == 0) {
     store_volatile_16(slot, h[0], f, h[1], f);
     store_volatile_16(slot + 16, h[2], f, h[3], f);
@@ -200,7 +233,9 @@ __device__ void ll_write(char* slot, const char* src, uint64_t len, uint32_t f, 
   const bool aligned = (reinterpret_cast<uintptr_t>(src) & 7) == 0;
   for (uint64_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
     uint64_t v = 0;
-    if (aligned && 8 * i + 8 <= len) {
+    if (first.have && i == l0 + threadIdx.x) {
+      v = first.v;
+    } else if (aligned && 8 * i + 8 <= len) {
       v = *reinterpret_cast<const uint64_t*>(src + 8 * i);
     } else {
       for (uint64_t b = 8 * i; b < len && b < 8 * i + 8; ++b) v |= uint64_t(uint8_t(src[b])) << (8 * (b - 8 * i));

@@ -21,7 +21,7 @@ using namespace peerlink::stream;
 namespace {
 // Host: small chunks so CI exercises multi-chunk messages and slot reuse with small buffers.
 // GPU: 64 slots of 128 KB per pair (8 MB; 56 MB per rank with 8 ranks). Each NCCL-form chunk is
-// moved by one block (stream_kernels.cu), so the slot count is also how many blocks can write at
+// moved by one block (stream_raw_device.h), so the slot count is also how many blocks can write at
 // once: 64 blocks keep NVLink saturated (stream_launch.h). 128 KB per block per flag amortizes the
 // per-chunk cost (one system fence + one flag, ~1-2 us) over ~3 us of a block's copy, while the
 // receiver's copy-out (local HBM, several TB/s) and credit return overlap the next chunks.

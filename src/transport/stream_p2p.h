@@ -20,7 +20,7 @@
 //                   writes ChunkHdr, release-stores raw_ready = g + 1; the receiver copies chunk g out
 //                   and release-stores raw_consumed = g + 1. A zero-byte message is one empty chunk.
 //                   (GPUs: the same with one ready / consumed flag per slot, raw_slot_ready[g % slots]
-//                   = g + 1, because several blocks move different chunks at once: stream_kernels.cu.
+//                   = g + 1, because several blocks move different chunks at once: stream_raw_device.h.
 //                   A length mismatch stops the pair there instead of draining. A message of at most
 //                   Options::stream_ll_max bytes is chunks of stream::kLLPiece bytes sent as LL lines
 //                   into their slots' LL areas: no fence, no ready flag; the receiver waits for the

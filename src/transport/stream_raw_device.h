@@ -1,0 +1,185 @@
+// Device side of the NCCL-form send and recv: runs of chunks through staging slots or LL pieces
+// (protocol: stream_layout.h; memory ordering: stream_kernels.cu). Included only by stream_kernels.cu.
+#pragma once
+#include "transport/stream_device.h"
+
+namespace peerlink::stream {
+namespace {  // one translation unit includes this
+
+// Chunks of an NCCL-form message: LL pieces of kLLPiece bytes up to ll_max, else staging chunks;
+// one empty chunk when len is 0. (Host side: StreamEngine::assign_blocks counts the same way.)
+__device__ __forceinline__ uint64_t chunks_of(uint64_t len, uint64_t chunk, uint64_t ll_max) {
+  const uint64_t piece = is_ll(len, ll_max) ? kLLPiece : chunk;
+  return len ? div_up_pow2(len, piece) : 1;
+}
+
+// The first chunk of a message that block x.blk takes, when the message's chunks start at t0 of the
+// channel's run (blocks take t = blk, blk + nb, ...).
+__device__ __forceinline__ uint64_t first_piece(const Ctx& x, uint64_t t0) {
+  if (x.nb == 1) return 0;  // the common case, without the divisions
+  return (uint64_t(x.blk) + uint64_t(x.nb) - t0 % uint64_t(x.nb)) % uint64_t(x.nb);
+}
+
+// NCCL form, sender. The channel's messages are one run of chunks g0, g0 + 1, ... (a message of
+// len bytes is chunks_of(len) chunks; an empty one is one empty chunk); block b takes chunks
+// t = b, b + nb, ... of the run. Chunk g goes through slot g % slots: wait until its previous
+// occupant (g - slots) was consumed, copy, write the header, release-store raw_slot_ready = g + 1.
+__device__ void send_raw(const Ctx& x) {
+  const DevChannel& c = *x.c;
+  const uint64_t chunk = x.L->chunk, slots = x.L->slots;
+  __shared__ int s_go;
+  const uint64_t msg0 = load_volatile(&c.mine->raw_sent_msgs.v);
+  const uint64_t g0 = load_volatile(&c.mine->raw_sent_chunks.v);
+  uint64_t t0 = 0;  // first chunk of op i within the run
+  bool failed = false;
+  for (int i = 0; i < c.nops && !failed; ++i) {
+    const DevOp& op = x.ops[c.first_op + i];
+    const bool ll = is_ll(op.len, x.L->ll_max);
+    const uint64_t n = chunks_of(op.len, chunk, x.L->ll_max);
+    uint64_t j = first_piece(x, t0);
+    for (; j < n; j += uint64_t(x.nb)) {
+      const uint64_t g = g0 + t0 + j;
+      const uint64_t slot = mod_pow2(g, slots);
+      if (threadIdx.x == 0) {
+        // Acquired: the receiver's reads of the slot happened before it released it.
+        s_go = wait_ge_acquire(x, &c.mine->raw_slot_consumed[slot].v, g + 1 <= slots ? 0 : g + 1 - slots);
+      }
+      __syncthreads();
+      if (!s_go) {
+        failed = true;
+        break;
+      }
+      if (ll) {
+        // Piece j, as LL lines into the slot's LL area (stream_layout.h): no fence, no flag.
+        const uint64_t m = msg0 + i + 1, off = j * kLLPiece;
+        const uint64_t plen = op.len - off < kLLPiece ? op.len - off : kLLPiece;
+        const uint32_t h[4] = {uint32_t(m), uint32_t(op.len), uint32_t(m >> 32), uint32_t(j)};
+        ll_write(raw_ll(c.remote, slot), op.src + off, plen, ll_flag(g + 1), h, true, 0, ll_lines(plen));
+        __syncthreads();  // s_go is read by every thread before thread 0 rewrites it
+        continue;
+      }
+      const uint64_t off = j * chunk;
+      const uint64_t len = op.len - off < chunk ? op.len - off : chunk;
+      char* stage = reinterpret_cast<char*>(c.remote) + x.L->staging_off + slot * chunk;
+      if (op.len) part_copy(stage, op.src + off, len, false, 0, 1);
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        volatile ChunkHdr& h = c.remote->hdr[slot];
+        h.msg = msg0 + i + 1;
+        h.msg_len = op.len;
+        h.chunk_off = off;
+        h.chunk_len = op.len ? len : 0;
+        store_release_system(&c.remote->raw_slot_ready[slot].v, g + 1);
+      }
+    }
+    t0 += n;
+  }
+  const uint64_t total = t0;  // only meaningful when the loop ran to its end
+  channel_exit(x, [&] {
+    if (failed) return;  // the pair is aborted: the counters no longer matter
+    c.mine->raw_sent_msgs.v = msg0 + c.nops;
+    c.mine->raw_sent_chunks.v = g0 + total;
+  });
+}
+
+// NCCL form, receiver: the same run of chunks, computed from this side's lengths (a sender's
+// different length is detected on the first header that shows it: kErrRawLength, the pair stops,
+// as a mismatched ncclSend/ncclRecv is an error too). Block b takes chunks t = b, b + nb, ...: wait
+// raw_slot_ready >= g + 1 (a local spin), check the header, copy out, release-store
+// raw_slot_consumed = g + 1 in the sender's area.
+__device__ void recv_raw(const Ctx& x) {
+  const DevChannel& c = *x.c;
+  const uint64_t chunk = x.L->chunk, slots = x.L->slots;
+  __shared__ int s_go;  // 0 failed, 1 staged chunk, 2 LL lines
+  __shared__ uint32_t s_hdr[4];
+  const uint64_t msg0 = load_volatile(&c.mine->raw_recvd_msgs.v);
+  const uint64_t g0 = load_volatile(&c.mine->raw_recvd_chunks.v);
+  // A launch hands the slot of its last chunk back only here, at the start of the channel's next
+  // launch, by block 0's last thread (no stores of its own to wait for, no flag to poll): the
+  // release store (a system-scope fence) at the end of every launch lay on the path to the kernel's
+  // completion, and so to the next kernel of the stream. One-GPU stand-in, NCCL form, graph, A/B:
+  // 8 B ping-pong one-way 3.55/3.57 -> 3.23/3.32 us, sendrecv 3.67/3.70 -> 3.49/3.51 us, 4 KB
+  // -0.25 us; but 256 KB (32 LL pieces) +0.18 us and 2 MB +0.1-0.2 us, cause not found (results,
+  // session 7 call 11). Safe: the sender needs slot (g0 - 1) % slots back only for chunk
+  // g0 - 1 + slots, which belongs to a later message whose recv (this launch or a later one) runs
+  // this release first; the reads and zeroing of that slot ended with the previous kernel. Later
+  // releases of the same slot in this launch follow chunks the sender could only stage after seeing
+  // this one, so the flag never goes back.
+  if (x.blk == 0 && threadIdx.x == blockDim.x - 1 && g0 > 0)
+    store_release_system(&c.remote->raw_slot_consumed[mod_pow2(g0 - 1, slots)].v, g0);
+  uint64_t run = 0;  // chunks of this launch
+  for (int i = 0; i < c.nops; ++i) run += chunks_of(x.ops[c.first_op + i].len, chunk, x.L->ll_max);
+  const uint64_t g_last = g0 + run - 1;
+  uint64_t t0 = 0;
+  bool failed = false;
+  for (int i = 0; i < c.nops && !failed; ++i) {
+    const DevOp& op = x.ops[c.first_op + i];
+    const bool ll = is_ll(op.len, x.L->ll_max);
+    const uint64_t piece = ll ? kLLPiece : chunk;
+    const uint64_t n = chunks_of(op.len, chunk, x.L->ll_max);
+    uint64_t j = first_piece(x, t0);
+    for (; j < n; j += uint64_t(x.nb)) {
+      const uint64_t g = g0 + t0 + j;
+      const uint64_t slot = mod_pow2(g, slots), off = j * piece;
+      const uint64_t len = op.len - off < piece ? op.len - off : piece;
+      if (threadIdx.x == 0) {
+        const char* area = x.L->ll_max ? raw_ll(c.mine, slot) : nullptr;
+        s_go = wait_ready_or_ll(x, &c.mine->raw_slot_ready[slot].v, g + 1, area, s_hdr);
+        if (s_go == 2) {
+          // LL piece: {msg low, msg len, msg high, piece index}; only messages of <= ll_max bytes.
+          const uint64_t hm = (uint64_t(s_hdr[2]) << 32) | s_hdr[0];
+          if (hm == msg0 + i + 1 && s_hdr[1] != op.len) {
+            record_error(x, kErrRawLength);
+            abort_pair(x);
+            s_go = 0;
+          } else if (hm != msg0 + i + 1 || s_hdr[3] != uint32_t(j) || !ll) {
+            record_error(x, kErrProtocol);
+            abort_pair(x);
+            s_go = 0;
+          }
+        } else if (s_go == 1) {
+          acquire(x, &c.mine->raw_slot_ready[slot].v);
+          const volatile ChunkHdr& h = c.mine->hdr[slot];
+          uint64_t hm = h.msg, hl = h.msg_len, ho = h.chunk_off, hc = h.chunk_len;
+          if (hm == msg0 + i + 1 && hl != op.len) {
+            record_error(x, kErrRawLength);
+            abort_pair(x);
+            s_go = 0;
+          } else if (hm != msg0 + i + 1 || ho != off || hc != (op.len ? len : 0)) {
+            record_error(x, kErrProtocol);
+            abort_pair(x);
+            s_go = 0;
+          }
+        }
+      }
+      __syncthreads();
+      const int path = s_go;
+      if (!path) {
+        failed = true;
+        break;
+      }
+      if (path == 2) {
+        if (!ll_read(x, g + 1, raw_ll(c.mine, slot), len, op.dst + off, 0, ll_lines(len), true)) {  // ends with __syncthreads
+          failed = true;
+          break;
+        }
+      } else {
+        const char* stage = reinterpret_cast<const char*>(c.mine) + x.L->staging_off + slot * chunk;
+        if (op.len) part_copy(op.dst + off, stage, len, true, 0, 1);
+        __syncthreads();
+      }
+      // Our reads first. The launch's last chunk is released by the next launch (see above).
+      if (threadIdx.x == 0 && g != g_last) store_release_system(&c.remote->raw_slot_consumed[slot].v, g + 1);
+    }
+    t0 += n;
+  }
+  const uint64_t total = t0;
+  channel_exit(x, [&] {
+    if (failed) return;
+    c.mine->raw_recvd_msgs.v = msg0 + c.nops;
+    c.mine->raw_recvd_chunks.v = g0 + total;
+  });
+}
+
+}  // namespace
+}  // namespace peerlink::stream
