@@ -1,5 +1,5 @@
 // Stream-ordered send/recv on GPUs under the performance knobs (Options::stream_ll_max, stream_ce_min,
-// stream_ce_lanes, stream_acquire_load): sizes on both sides of each boundary, both forms, lone calls
+// stream_ce_lanes, stream_acquire_load, stream_threads): sizes on both sides of each boundary, both forms, lone calls
 // (a recv alone in its launch gets several blocks for a large LL message) and groups, mismatches,
 // and graphs replayed with a changing payload. 2 ranks, device = rank; runs when PEERLINK_TEST_GPUS >= 2:
 //   PEERLINK_TEST_GPUS=2 build/bin/peerlink_tests --gtest_filter='StreamGpuKnobs*'
@@ -30,6 +30,7 @@ struct Knobs {
   size_t ce_min = 0;
   int ce_lanes = 2;
   bool acq = false;
+  int threads = 0;
 };
 
 Options opts(const Knobs& k, int timeout_ms = 30000) {
@@ -39,6 +40,7 @@ Options opts(const Knobs& k, int timeout_ms = 30000) {
   o.stream_ce_min = k.ce_min;
   o.stream_ce_lanes = k.ce_lanes;
   o.stream_acquire_load = k.acq;
+  o.stream_threads = k.threads;
   return o;
 }
 
@@ -165,6 +167,21 @@ TEST(StreamGpuKnobs, LLBoundaries) {
     kn.ll_max = ll;
     exchange_all(kn, around({size_t(8) << 10, size_t(32) << 10, size_t(256) << 10}, size_t(300) << 10),
                  ("sgk-ll" + std::to_string(ll)).c_str());
+  }
+}
+
+// Fixed threads per block instead of the size rule: one warp (the published recv posts and spins
+// from the same thread; 32 lines per thread in an 8 KB piece), a block that is not a power of two,
+// and 512 for the small sizes the rule gives 128 or 256.
+TEST(StreamGpuKnobs, ThreadsPerBlock) {
+  REQUIRE_GPUS();
+  for (int t : {32, 96, 512}) {
+    Knobs kn;
+    kn.ll_max = size_t(256) << 10;
+    kn.acq = true;
+    kn.threads = t;
+    exchange_all(kn, around({size_t(1) << 10, size_t(2) << 10, size_t(8) << 10, size_t(64) << 10}, size_t(256) << 10),
+                 ("sgk-thr" + std::to_string(t)).c_str());
   }
 }
 
