@@ -165,9 +165,8 @@ __global__ void __launch_bounds__(1024) coll_ll_kernel(CollLaunchArgs c) {
   // the root of reduce and broadcast): the copy or reduction of our own part needs no second load.
   const Piece sp0 = p0 < n ? send_piece(d, p0, Kind) : Piece{};
   const char* s0 = reinterpret_cast<const char*>(src + sp0.src_off);
-  const bool pre = have_first;  // `first` holds word wf of s0
   auto own_word = [&](const char* own, size_t own_bytes, size_t w, bool al) {
-    const bool same = pre && own == s0 && own_bytes == sp0.count * sizeof(T);
+    const bool same = have_first && own == s0 && own_bytes == sp0.count * sizeof(T);
     return same && w == wf ? first : load_word(own, w, own_bytes, al);
   };
 
@@ -184,7 +183,7 @@ __global__ void __launch_bounds__(1024) coll_ll_kernel(CollLaunchArgs c) {
     const size_t nw = words(bytes), hi = wend < nw ? wend : nw;
     const bool al = al8(s);
     for (size_t w = wf; w < hi; w += blockDim.x) {
-      uint64_t v = pre && p == p0 && w == wf ? first : load_word(s, w, bytes, al);
+      uint64_t v = have_first && p == p0 && w == wf ? first : load_word(s, w, bytes, al);
       store_ll(lines + w * 16, uint32_t(v), uint32_t(v >> 32), flag);
     }
   }

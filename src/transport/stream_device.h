@@ -213,14 +213,6 @@ __device__ __forceinline__ FirstWord ll_first_word(const char* src, uint64_t len
   return w;
 }
 
-// What a send loaded before its first message: the thread's first data word and (thread 0, in
-// acquire-load mode) the credit word, acquired.
-struct SendStart {
-  FirstWord first;
-  bool have_credit = false;
-  uint64_t credit = 0;
-};
-
 // All threads of the block: the header lines {h[0], f, h[1], f} {h[2], f, h[3], f} when `header`, then
 // data lines [l0, l1) of src's `len` bytes as {lo, f, hi, f}. Plain volatile stores into the peer's
 // memory: no fence, no flag. `first`: the thread's first line, when ll_first_word loaded it.

@@ -6,6 +6,14 @@
 namespace peerlink::stream {
 namespace {  // one translation unit includes this
 
+// What a published send loaded before its first message: the thread's first data word and (thread 0, in
+// acquire-load mode) the credit word, acquired.
+struct SendStart {
+  FirstWord first;
+  bool have_credit = false;
+  uint64_t credit = 0;
+};
+
 // Published form, LL (len <= ll_max, stream_layout.h): every block of the channel writes its range of
 // the message's lines (block 0 the header too) into the receiver's ring slot; no fence, no flag, no
 // wait for the posted recv except the ring credit (almost always there already). False when the
