@@ -114,6 +114,19 @@ __device__ bool wait_ge_acquire(const Ctx& x, const uint64_t* f, uint64_t target
   return true;
 }
 
+// Thread 0: an LL ring credit, waited for without an acquire. The hazard a credit guards is the
+// receiver's reads and zeroing of a slot (write-after-read, write-after-write) against our next
+// stores into it: the receiver releases the count only after those accesses, and our stores are
+// issued only after our load returned that count (they depend on it; a GPU makes no store visible
+// speculatively). NCCL's LL sender waits on its head counter the same way (a volatile load, no
+// fence). Published form, one-GPU stand-in, graph, A/B (session 10 call 1, three rounds):
+// -0.08 to -0.1 us sendrecv, -0.12 to -0.15 us ping-pong one-way at 8 B-512 B, -0.06 / -0.08 at
+// 4 KB, unchanged from 32 KB. The NCCL form's LL pieces measured slower with it in the same call
+// (+0.07 us ping-pong at 8 B, +0.25 at 32 KB), so send_raw keeps wait_ge_acquire.
+__device__ __forceinline__ bool wait_credit(const Ctx& x, const uint64_t* f, uint64_t target) {
+  return wait_ge(x, f, target);
+}
+
 __device__ __forceinline__ uint4 load16(const uint4* p, bool fresh) {
 #if defined(PEERLINK_HIP)
   if (!fresh) return *p;

@@ -6,8 +6,8 @@
 namespace peerlink::stream {
 namespace {  // one translation unit includes this
 
-// What a published send loaded before its first message: the thread's first data word and (thread 0, in
-// acquire-load mode) the credit word, acquired.
+// What a published send loaded before its first message: the thread's first data word and (thread 0)
+// the credit word (a relaxed load: wait_credit says why).
 struct SendStart {
   FirstWord first;
   bool have_credit = false;
@@ -22,9 +22,9 @@ __device__ bool send_pub_ll(const Ctx& x, const DevOp& op, uint64_t k, const Sen
   const DevChannel& c = *x.c;
   __shared__ int s_go;
   if (threadIdx.x == 0) {
-    // Acquired: the receiver emptied the slot (zeroed its lines) before it posted k + 1 - kLLSlots.
+    // The receiver emptied the slot (zeroed its lines) before it posted k + 1 - kLLSlots (wait_credit).
     const uint64_t need = k + 1 <= kLLSlots ? 0 : k + 1 - kLLSlots;
-    s_go = st.have_credit && st.credit >= need ? 1 : wait_ge_acquire(x, &c.mine->pub_posted.v, need);
+    s_go = st.have_credit && st.credit >= need ? 1 : wait_credit(x, &c.mine->pub_posted.v, need);
   }
   __syncthreads();
   if (!s_go) return false;
@@ -55,12 +55,10 @@ __device__ void send_pub(const Ctx& x, uint64_t aborted) {
     uint64_t l0, l1;
     ll_range(op0.len, x.blk, x.nb, l0, l1);
     st.first = ll_first_word(op0.src, op0.len, l0, l1);
-#if !defined(PEERLINK_HIP)
-    if (threadIdx.x == 0 && x.L->acq_load) {
-      st.credit = load_acquire_sys(&c.mine->pub_posted.v);
+    if (threadIdx.x == 0) {
+      st.credit = load_volatile(&c.mine->pub_posted.v);  // a credit, see wait_credit
       st.have_credit = true;
     }
-#endif
   }
   if (stop_if_aborted(x, aborted)) return;
   for (int i = 0; i < c.nops; ++i) {
