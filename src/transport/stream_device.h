@@ -236,16 +236,35 @@ __device__ void ll_write(char* slot, const char* src, uint64_t len, uint32_t f, 
     store_volatile_16(slot + 16, h[2], f, h[3], f);
   }
   const bool aligned = (reinterpret_cast<uintptr_t>(src) & 7) == 0;
-  for (uint64_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
+  auto word = [&](uint64_t i) {
     uint64_t v = 0;
-    if (first.have && i == l0 + threadIdx.x) {
-      v = first.v;
-    } else if (aligned && 8 * i + 8 <= len) {
+    if (aligned && 8 * i + 8 <= len) {
       v = *reinterpret_cast<const uint64_t*>(src + 8 * i);
     } else {
       for (uint64_t b = 8 * i; b < len && b < 8 * i + 8; ++b) v |= uint64_t(uint8_t(src[b])) << (8 * (b - 8 * i));
     }
-    store_volatile_16(slot + 32 + 16 * i, uint32_t(v), f, uint32_t(v >> 32), f);
+    return v;
+  };
+  // Two lines per pass, both words loaded before either store (the volatile stores keep the
+  // compiler from hoisting the next pass's load above them): a thread with two lines (every
+  // message above 4 KB at 512 threads) waits for one source load latency, not two.
+  // At most one line per thread (every message up to 4 KB at 512 threads): a single store. The
+  // pair loop below cost those sizes 0.1 us on the stand-in (session 10 call 3).
+  const uint64_t bd = blockDim.x;
+  if (l1 - l0 <= bd) {
+    const uint64_t i = l0 + threadIdx.x;
+    if (i < l1) {
+      const uint64_t v = first.have ? first.v : word(i);
+      store_volatile_16(slot + 32 + 16 * i, uint32_t(v), f, uint32_t(v >> 32), f);
+    }
+    return;
+  }
+  for (uint64_t i = l0 + threadIdx.x; i < l1; i += 2 * bd) {
+    const uint64_t j = i + bd;
+    const uint64_t vi = first.have && i == l0 + threadIdx.x ? first.v : word(i);
+    const uint64_t vj = j < l1 ? word(j) : 0;
+    store_volatile_16(slot + 32 + 16 * i, uint32_t(vi), f, uint32_t(vi >> 32), f);
+    if (j < l1) store_volatile_16(slot + 32 + 16 * j, uint32_t(vj), f, uint32_t(vj >> 32), f);
   }
 }
 
@@ -290,6 +309,30 @@ __device__ int wait_ready_or_ll(const Ctx& x, const uint64_t* ready, uint64_t k,
   }
 }
 
+// One thread: waits until the LL line at `line`, already loaded once as {lo, flo, hi, fhi}, carries
+// flag f. False on timeout (recorded; the pair aborts), abort, or another thread's failure (*fail).
+__device__ bool ll_wait_line(const Ctx& x, const char* line, uint32_t f, uint32_t& lo, uint32_t& hi, uint32_t flo,
+                             uint32_t fhi, volatile int* fail) {
+  if (flo == f && fhi == f) return true;
+  const uint64_t t0 = now_ns();
+  for (uint32_t n = 1;; ++n) {
+    load_volatile_16(line, lo, flo, hi, fhi);
+    if (flo == f && fhi == f) return true;
+    if ((n & 1023) == 0) {
+      if (load_volatile(x.abort) || *fail) {
+        *fail = 1;
+        return false;
+      }
+      if (now_ns() - t0 > x.L->timeout_ns) {
+        record_error(x, kErrTimeout);
+        abort_pair(x);
+        *fail = 1;
+        return false;
+      }
+    }
+  }
+}
+
 // All threads: waits for data lines [l0, l1) of an LL message of `len` bytes, copies their bytes to
 // dst (nullptr: a mismatch, nothing written) and zeroes them; with `zero_header` thread 0 zeroes the
 // two header lines too. False when a wait ran out (recorded; the pair aborts). Ends with a
@@ -299,39 +342,50 @@ __device__ bool ll_read(const Ctx& x, uint64_t k, char* slot, uint64_t len, char
   __shared__ int s_fail;
   if (threadIdx.x == 0) s_fail = 0;
   __syncthreads();
+  volatile int* fail = &s_fail;
   const uint32_t f = ll_flag(k);
   const bool aligned = (reinterpret_cast<uintptr_t>(dst) & 7) == 0;
-  for (uint64_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
-    char* line = slot + 32 + 16 * i;
-    uint32_t lo, flo, hi, fhi;
-    uint64_t t0 = 0;
-    for (uint32_t n = 0;; ++n) {
-      load_volatile_16(line, lo, flo, hi, fhi);
-      if (flo == f && fhi == f) break;
-      if (n == 0) t0 = now_ns();
-      if ((n & 1023) == 1023) {
-        if (load_volatile(x.abort) || *reinterpret_cast<volatile int*>(&s_fail)) {
-          s_fail = 1;
-          break;
-        }
-        if (now_ns() - t0 > x.L->timeout_ns) {
-          record_error(x, kErrTimeout);
-          abort_pair(x);
-          s_fail = 1;
-          break;
-        }
-      }
-    }
-    if (*reinterpret_cast<volatile int*>(&s_fail)) break;
+  auto emit = [&](uint64_t i, uint32_t lo, uint32_t hi) {
     const uint64_t v = (uint64_t(hi) << 32) | lo;
-    if (dst) {
-      if (aligned && 8 * i + 8 <= len) {
-        *reinterpret_cast<uint64_t*>(dst + 8 * i) = v;
-      } else {
-        for (uint64_t b = 8 * i; b < len && b < 8 * i + 8; ++b) dst[b] = char(uint8_t(v >> (8 * (b - 8 * i))));
+    if (!dst) return;
+    if (aligned && 8 * i + 8 <= len) {
+      *reinterpret_cast<uint64_t*>(dst + 8 * i) = v;
+    } else {
+      for (uint64_t b = 8 * i; b < len && b < 8 * i + 8; ++b) dst[b] = char(uint8_t(v >> (8 * (b - 8 * i))));
+    }
+  };
+  // Two lines per pass, both loaded before either is waited for (as ll_write stores them): a thread
+  // with two lines pays one memory latency when both have landed, not two.
+  const uint64_t bd = blockDim.x;
+  if (l1 - l0 <= bd) {  // at most one line per thread (as in ll_write)
+    const uint64_t i = l0 + threadIdx.x;
+    if (i < l1) {
+      char* li = slot + 32 + 16 * i;
+      uint32_t a0, fa0, a1, fa1;
+      load_volatile_16(li, a0, fa0, a1, fa1);
+      if (ll_wait_line(x, li, f, a0, a1, fa0, fa1, fail)) {
+        emit(i, a0, a1);
+        store_volatile_16(li, 0, 0, 0, 0);
       }
     }
-    store_volatile_16(line, 0, 0, 0, 0);
+  }
+  for (uint64_t i = l0 + threadIdx.x; i < l1 && l1 - l0 > bd; i += 2 * bd) {
+    const uint64_t j = i + bd;
+    const bool two = j < l1;
+    char* li = slot + 32 + 16 * i;
+    char* lj = slot + 32 + 16 * j;
+    uint32_t a0, fa0, a1, fa1, b0 = 0, fb0 = 0, b1 = 0, fb1 = 0;
+    load_volatile_16(li, a0, fa0, a1, fa1);
+    if (two) load_volatile_16(lj, b0, fb0, b1, fb1);
+    if (!ll_wait_line(x, li, f, a0, a1, fa0, fa1, fail)) break;
+    if (two && !ll_wait_line(x, lj, f, b0, b1, fb0, fb1, fail)) break;
+    if (*fail) break;
+    emit(i, a0, a1);
+    store_volatile_16(li, 0, 0, 0, 0);
+    if (two) {
+      emit(j, b0, b1);
+      store_volatile_16(lj, 0, 0, 0, 0);
+    }
   }
   if (zero_header && threadIdx.x == 0) {
     store_volatile_16(slot, 0, 0, 0, 0);
