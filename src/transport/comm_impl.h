@@ -42,17 +42,15 @@ class CommImpl final : public CommServices {
   void check_peer_alive(int peer) override;
   void check_interrupt() override;
   std::shared_ptr<void>& upper_state(const std::string& key) override;
-  // Stream engine (stream_bind.cpp): pointer to [offset, +len) of peer's buffer buf_id published at
-  // exactly `version` (waits for it up to the timeout); *hold keeps the mapping open. And the length
-  // this rank published to peer under buf_id (0: never published).
+  // The stream engine's services (stream_bind.cpp; services.h says what they do).
   void* map_published(int peer, uint32_t buf_id, uint64_t version, size_t offset, size_t len, const char* what,
-                      std::shared_ptr<void>* hold);
-  uint64_t local_published_len(int peer, uint32_t buf_id, char** ptr = nullptr);  // *ptr: its base
+                      std::shared_ptr<void>* hold) override;
+  uint64_t local_published_len(int peer, uint32_t buf_id, char** ptr) override;
 
   // ---- the public API (Communicator forwards here) -----------------------------------------
   void* alloc(size_t bytes);
   void free(void* p);
-  void notify_ipc_buffer(int peer, uint32_t buf_id, void* ptr, size_t len, uint64_t version);
+  void notify_ipc_buffer(int peer, uint32_t buf_id, void* ptr, size_t len, uint64_t version) override;
   void wait_ipc_buffer(int peer, uint32_t buf_id, uint64_t min_version);
   Request isend(int peer, const void* src, size_t len, uint32_t buf_id, size_t offset,
                 uint64_t version);
@@ -62,8 +60,8 @@ class CommImpl final : public CommServices {
   Request irecv(int peer, uint32_t buf_id, size_t offset, size_t len);
   void close();
   bool closed() const { return closed_.load(std::memory_order_acquire); }
-  Path path_to(int peer) const;
-  std::string path_reason(int peer) const;  // why path_to(peer) is what it is
+  Path path_to(int peer) const override;
+  std::string path_reason(int peer) const override;  // why path_to(peer) is what it is
   Completion completion_with(int peer) const;
   CommStats stats() const;
 

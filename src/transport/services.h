@@ -4,6 +4,7 @@
 // so applications, the Python binding, tools and benchmarks cannot use it.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -66,6 +67,19 @@ class CommServices {
   // Per-communicator state owned by an upper layer; destroyed by close() after every call in
   // flight returned and before the transport closes.
   virtual std::shared_ptr<void>& upper_state(const std::string& key) = 0;
+
+  // Published buffers and pair paths, for the stream-ordered engine (stream_p2p.h), which reaches
+  // the communicator only through this interface. map_published: pointer to [offset, +len) of
+  // peer's buffer buf_id published at exactly `version` (waits for it up to the timeout); *hold
+  // keeps the mapping open. local_published_len: the length this rank published to peer under
+  // buf_id (0: never published), *ptr its base when ptr is not null. notify_ipc_buffer: as
+  // Communicator::notify_ipc_buffer.
+  virtual void* map_published(int peer, uint32_t buf_id, uint64_t version, size_t offset, size_t len,
+                              const char* what, std::shared_ptr<void>* hold) = 0;
+  virtual uint64_t local_published_len(int peer, uint32_t buf_id, char** ptr) = 0;
+  virtual void notify_ipc_buffer(int peer, uint32_t buf_id, void* ptr, size_t len, uint64_t version) = 0;
+  virtual Path path_to(int peer) const = 0;
+  virtual std::string path_reason(int peer) const = 0;  // why path_to(peer) is what it is
 
  protected:
   ~CommServices() = default;

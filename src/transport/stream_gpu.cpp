@@ -9,7 +9,7 @@
 #include "common/log.h"
 #include "gpu/runtime.h"
 #include "peerlink/errors.h"
-#include "transport/comm_impl.h"
+#include "transport/services.h"
 #include "transport/stream_launch.h"
 #include "transport/stream_p2p.h"
 
@@ -25,7 +25,7 @@ std::exception_ptr StreamEngine::device_error(uint32_t w) const {
   const int peer = int((w >> 8) & 0xffff);
   try {
     if (peer < 0 || peer >= world_ || peer == rank_) throw Error(cat("stream engine: corrupt error word ", w));
-    impl_.check_peer_alive(peer);  // PeerLostError when it died
+    comm_.check_peer_alive(peer);  // PeerLostError when it died
     if (code == kErrRawLength)
       throw InvalidArgument(cat("recv from rank ", peer, " (stream-ordered, NCCL form): the matching send had a "
                                 "different length; the pair is stopped (as with mismatched ncclSend/ncclRecv)"));
@@ -34,7 +34,7 @@ std::exception_ptr StreamEngine::device_error(uint32_t w) const {
                       "or an earlier one on this rank: a timeout, a length mismatch or a protocol violation)"));
     if (code == kErrTimeout)
       throw TimeoutError(cat("stream-ordered send/recv with rank ", peer, ": a device-side wait made no progress within ",
-                             impl_.options().timeout.count(), " ms (the peer stalled or never issued the matching call)"));
+                             comm_.options().timeout.count(), " ms (the peer stalled or never issued the matching call)"));
     throw Error(cat("stream-ordered send/recv with rank ", peer, ": protocol violation seen on the device (code ",
                     code, ")"));
   } catch (...) {
@@ -67,7 +67,7 @@ void StreamEngine::rethrow_async_error() const {
 }
 
 void StreamEngine::reap_inflight(bool wait_all) {
-  auto deadline = std::chrono::steady_clock::now() + impl_.options().timeout;
+  auto deadline = std::chrono::steady_clock::now() + comm_.options().timeout;
   size_t i = 0;
   while (i < inflight_.size()) {
     Inflight& f = inflight_[i];
@@ -148,7 +148,7 @@ void StreamEngine::assign_blocks(StreamLaunch& L) const {
   uint64_t largest = 0;
   for (int c = 0; c < L.nch; ++c)
     for (int i = 0; i < L.ch[c].nops; ++i) largest = std::max(largest, L.ops[L.ch[c].first_op + i].len);
-  const int fixed = impl_.options().stream_threads;
+  const int fixed = comm_.options().stream_threads;
   L.threads = fixed > 0 ? fixed : stream_threads_for(largest);
 }
 
@@ -166,9 +166,9 @@ void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
     L = StreamLaunch{};
     L.slots = uint32_t(slots_);
     L.chunk = chunk_;
-    L.timeout_ns = uint64_t(impl_.options().timeout.count()) * 1000000ull;
+    L.timeout_ns = uint64_t(comm_.options().timeout.count()) * 1000000ull;
     L.error = error_;  // mapped pinned memory: the same address on the device (UVA), as the collectives use it
-    L.acq_load = impl_.options().stream_acquire_load ? 1 : 0;
+    L.acq_load = comm_.options().stream_acquire_load ? 1 : 0;
     L.ll_max = ll_max_;
     L.ll_slot = pub_ll_slot_bytes(ll_max_);
     L.staging_off = staging_offset(true, ll_max_);
@@ -216,7 +216,7 @@ void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
   for (void* st : streams) capturing |= gpu::stream_is_capturing(st);
   if (!capturing) reap_inflight(false);
   const int prev = gpu::current_device();
-  if (prev != impl_.device()) gpu::set_device(impl_.device());
+  if (prev != comm_.device()) gpu::set_device(comm_.device());
   try {
     for (size_t s = 0; s < streams.size(); ++s) {
       if (ce[s]) launch_ce(launches[s], streams[s]);
@@ -240,10 +240,10 @@ void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
       inflight_.push_back(std::move(f));
     }
   } catch (...) {
-    if (prev != impl_.device()) gpu::set_device(prev);
+    if (prev != comm_.device()) gpu::set_device(prev);
     throw;
   }
-  if (prev != impl_.device()) gpu::set_device(prev);
+  if (prev != comm_.device()) gpu::set_device(prev);
 }
 
 }  // namespace peerlink::detail

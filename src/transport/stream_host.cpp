@@ -10,7 +10,7 @@
 
 #include "common/log.h"
 #include "peerlink/errors.h"
-#include "transport/comm_impl.h"
+#include "transport/services.h"
 #include "transport/stream_p2p.h"
 
 namespace peerlink::detail {
@@ -59,7 +59,7 @@ void StreamEngine::run_host(std::vector<StreamOp>& ops) {
   }
 
   size_t left = ops.size();
-  auto deadline = Clock::now() + impl_.options().timeout;
+  auto deadline = Clock::now() + comm_.options().timeout;
   auto next_check = Clock::now();
   uint32_t idle = 0;
   // blocked[q * 4 + channel]: an earlier op of that FIFO channel is not done yet.
@@ -201,15 +201,15 @@ void StreamEngine::run_host(std::vector<StreamOp>& ops) {
     if (left == 0) break;
     auto now = Clock::now();
     if (moved) {
-      deadline = now + impl_.options().timeout;
+      deadline = now + comm_.options().timeout;
       idle = 0;
       continue;
     }
     if (now >= next_check) {
       // A dead peer is reported within ~100 ms (check_peer_alive rate-limits itself).
       for (const StreamOp& op : ops)
-        if (!op.done) impl_.check_peer_alive(op.peer);
-      impl_.check_interrupt();
+        if (!op.done) comm_.check_peer_alive(op.peer);
+      comm_.check_interrupt();
       next_check = now + std::chrono::milliseconds(5);
     }
     if (now > deadline) {
@@ -218,7 +218,7 @@ void StreamEngine::run_host(std::vector<StreamOp>& ops) {
           throw TimeoutError(cat(kind_name(op.kind), (op.kind == StreamOpKind::SendPub || op.kind == StreamOpKind::SendRaw)
                                                          ? " to rank " : " from rank ",
                                  op.peer, ": message ", op.seq, " (", op.len, " bytes) made no progress within ",
-                                 impl_.options().timeout.count(), " ms",
+                                 comm_.options().timeout.count(), " ms",
                                  op.kind == StreamOpKind::SendPub ? " (the matching recv was not posted)" : ""));
     }
     if (++idle < 200) continue;

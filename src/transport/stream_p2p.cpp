@@ -10,7 +10,7 @@
 #include "gpu/owners.h"
 #include "gpu/runtime.h"
 #include "peerlink/errors.h"
-#include "transport/comm_impl.h"
+#include "transport/services.h"
 #include "transport/stream_launch.h"
 
 namespace peerlink::detail {
@@ -38,32 +38,32 @@ std::mutex& setup_mutex() {
 }
 }  // namespace
 
-StreamEngine& stream_engine(CommImpl& impl) {
-  impl.check_usable();
+StreamEngine& stream_engine(CommServices& comm) {
+  comm.check_usable();
   std::lock_guard<std::mutex> g(setup_mutex());
-  std::shared_ptr<void>& slot = impl.upper_state("stream");
-  if (!slot) slot = std::make_shared<StreamEngine>(impl);
+  std::shared_ptr<void>& slot = comm.upper_state("stream");
+  if (!slot) slot = std::make_shared<StreamEngine>(comm);
   return *static_cast<StreamEngine*>(slot.get());
 }
 
-void stream_rethrow_async_error(CommImpl& impl) {
+void stream_rethrow_async_error(CommServices& comm) {
   std::shared_ptr<void> engine;  // held: close() frees the engine only after our caller's call ended
   {
     std::lock_guard<std::mutex> g(setup_mutex());
-    engine = impl.upper_state("stream");
+    engine = comm.upper_state("stream");
   }
   if (engine) static_cast<const StreamEngine*>(engine.get())->rethrow_async_error();
 }
 
-StreamEngine::StreamEngine(CommImpl& impl) : impl_(impl) {
-  rank_ = impl.rank();
-  world_ = impl.world_size();
-  gpu::Backend& be = impl.backend();
+StreamEngine::StreamEngine(CommServices& comm) : comm_(comm) {
+  rank_ = comm.rank();
+  world_ = comm.world_size();
+  gpu::Backend& be = comm.backend();
   host_ = be.is_host();
   slots_ = host_ ? kHostSlots : kGpuSlots;
   chunk_ = host_ ? kHostChunk : kGpuChunk;
   static_assert(kHostSlots <= size_t(kMaxSlots) && kGpuSlots <= size_t(kMaxSlots), "slots");
-  ll_max_ = host_ ? 0 : round_up(impl.options().stream_ll_max, 8);
+  ll_max_ = host_ ? 0 : round_up(comm.options().stream_ll_max, 8);
   static_assert(kLLMaxCap <= size_t(kMaxSlots) * kLLPiece, "an LL message fits the NCCL-form slots");
   sec_bytes_ = section_bytes(slots_, chunk_, !host_, ll_max_);
   area_len_ = area_bytes(world_, slots_, chunk_, !host_, ll_max_);
@@ -85,31 +85,31 @@ StreamEngine::StreamEngine(CommImpl& impl) : impl_(impl) {
       std::memset(area_, 0, area_len_);  // counters start at 0 (flags need no reset later)
       std::memcpy(area_, &h, sizeof h);
     } else {
-      gpu::DeviceGuard dg(impl.device());  // the user's thread keeps its current device
+      gpu::DeviceGuard dg(comm.device());  // the user's thread keeps its current device
       gpu::memset_sync(area_, 0, area_len_);
       be.copy_sync(area_, &h, sizeof h);
       gpu::stream_sync(nullptr);  // zeroed before any peer can learn the handle
       error_ = static_cast<uint32_t*>(gpu::host_alloc_mapped(64));
       // Every block of a launch must be resident at once (channels of a group wait on each other
       // through the peer): one block per multiprocessor fits by construction (stream_kernels.cu).
-      grid_cap_ = std::max(1, gpu::multiprocessor_count(impl.device()));
-      const Options& o = impl.options();
+      grid_cap_ = std::max(1, gpu::multiprocessor_count(comm.device()));
+      const Options& o = comm.options();
       channel_blocks_ = o.stream_blocks > 0 ? o.stream_blocks : kMaxChannelBlocks;
-      const int cc = gpu::compute_capability(impl.device());
+      const int cc = gpu::compute_capability(comm.device());
       pdl_ = (o.stream_pdl < 0 ? cc >= 90 : o.stream_pdl != 0) && cc >= 90;
       ce_min_ = o.stream_ce_min;
       if (ce_min_ > 0) {  // created now: never while a caller's stream is being captured
-        ce_events_.push_back(gpu::EventOwner::create(impl.device()));
+        ce_events_.push_back(gpu::EventOwner::create(comm.device()));
         for (int l = 1; l < o.stream_ce_lanes; ++l) {
-          ce_lanes_.push_back(gpu::StreamOwner::create(impl.device()));
-          ce_events_.push_back(gpu::EventOwner::create(impl.device()));
+          ce_lanes_.push_back(gpu::StreamOwner::create(comm.device()));
+          ce_events_.push_back(gpu::EventOwner::create(comm.device()));
         }
       }
     }
     // Published to every peer now (non-blocking), so a peer's first call with this rank only waits
     // for this rank to have made any stream call, never for a call with that peer in particular.
     for (int q = 0; q < world_; ++q)
-      if (q != rank_) impl.notify_ipc_buffer(q, kAreaBufId, area_, area_len_, 1);
+      if (q != rank_) comm.notify_ipc_buffer(q, kAreaBufId, area_, area_len_, 1);
   } catch (...) {
     try {
       be.free(area_);
@@ -128,7 +128,7 @@ StreamEngine::~StreamEngine() {
   graph_holds_.clear();
   remote_hold_.clear();
   try {
-    impl_.backend().free(area_);
+    comm_.backend().free(area_);
   } catch (...) {
   }
   try {
@@ -148,7 +148,7 @@ void StreamEngine::check_peer_usable(int peer, const char* what) {
 void StreamEngine::check_pair(int peer) {
   if (!host_) check_device_error();
   if (broken_[peer]) std::rethrow_exception(broken_[peer]);
-  impl_.check_peer_alive(peer);
+  comm_.check_peer_alive(peer);
 }
 
 // GPU: the kernels read and write any device-accessible memory of this device.
@@ -164,22 +164,22 @@ void StreamEngine::bind_peer(int peer) {
   if (remote_[peer]) return;
   // The kernels store straight into the peer's memory: a pair without peer access (relay path)
   // has no stream-ordered path yet.
-  if (!host_ && impl_.path_to(peer) != Path::Direct)
+  if (!host_ && comm_.path_to(peer) != Path::Direct)
     throw UnsupportedError(cat("stream-ordered send/recv with rank ", peer, ": the pair uses the ",
-                               to_string(impl_.path_to(peer)), " path (", impl_.path_reason(peer),
+                               to_string(comm_.path_to(peer)), " path (", comm_.path_reason(peer),
                                "); only direct pairs are supported"));
   std::shared_ptr<void> hold;
   // The header first: an area of another geometry may be shorter than ours (the check below names why).
-  void* base = impl_.map_published(peer, kAreaBufId, 1, 0, kHeaderBytes, "stream setup", &hold);
+  void* base = comm_.map_published(peer, kAreaBufId, 1, 0, kHeaderBytes, "stream setup", &hold);
   AreaHeader h{};
-  impl_.backend().copy_sync(&h, base, sizeof h);
+  comm_.backend().copy_sync(&h, base, sizeof h);
   if (h.magic != kAreaMagic || h.world != uint64_t(world_) || h.slots != slots_ || h.chunk != chunk_ ||
       h.section_bytes != sec_bytes_ || h.ll_max != ll_max_)
     throw Error(cat("stream setup with rank ", peer, ": its area has magic ", h.magic, ", ", h.world, " ranks, ", h.slots,
                     " slots of ", h.chunk, " bytes, sections of ", h.section_bytes, ", LL up to ", h.ll_max,
                     " bytes; this rank expects ", world_, "/", slots_, "/", chunk_, "/", sec_bytes_, "/", ll_max_,
                     " (different library builds or backends, or PEERLINK_STREAM_LL_MAX differs between ranks?)"));
-  base = impl_.map_published(peer, kAreaBufId, 1, 0, area_len_, "stream setup", &hold);
+  base = comm_.map_published(peer, kAreaBufId, 1, 0, area_len_, "stream setup", &hold);
   remote_[peer] = section(base, rank_, sec_bytes_);
   remote_hold_[peer] = std::move(hold);
 }
@@ -207,7 +207,7 @@ void StreamEngine::send_pub(int peer, const void* src, size_t len, uint32_t buf_
   op.offset = offset;
   op.version = version;
   op.stream = stream;
-  op.dst = static_cast<char*>(impl_.map_published(peer, buf_id, version, offset, len, "send", &op.hold));
+  op.dst = static_cast<char*>(comm_.map_published(peer, buf_id, version, offset, len, "send", &op.hold));
   submit(std::move(op));
 }
 
@@ -220,7 +220,7 @@ void StreamEngine::recv_pub(int peer, uint32_t buf_id, size_t offset, size_t len
   if (offset > SIZE_MAX - len)
     throw InvalidArgument(cat("recv from rank ", peer, ": offset ", offset, " + len ", len, " overflows"));
   char* pub_ptr = nullptr;
-  uint64_t pub_len = impl_.local_published_len(peer, buf_id, &pub_ptr);
+  uint64_t pub_len = comm_.local_published_len(peer, buf_id, &pub_ptr);
   if (pub_len == 0)
     throw InvalidArgument(cat("recv from rank ", peer, ": unknown buffer id ", buf_id,
                               " (publish it to that peer with notify_ipc_buffer first)"));

@@ -1,5 +1,5 @@
 // Stream-ordered point-to-point (Communicator::send / recv / group_start / group_end): one engine per
-// communicator, created on the first such call and kept in CommImpl::upper_state("stream") (so it
+// communicator, created on the first such call and kept in CommServices::upper_state("stream") (so it
 // is destroyed before the transport closes).
 //
 // Protocol (both forms, per ordered pair, flags in the receiver's / sender's area: stream_layout.h):
@@ -63,7 +63,7 @@ struct StreamLaunch;
 
 namespace peerlink::detail {
 
-class CommImpl;
+class CommServices;
 
 enum class StreamOpKind : int { SendPub = 0, RecvPub = 1, SendRaw = 2, RecvRaw = 3 };
 
@@ -94,7 +94,7 @@ struct StreamOp {
 
 class StreamEngine {
  public:
-  explicit StreamEngine(CommImpl& impl);
+  explicit StreamEngine(CommServices& comm);
   ~StreamEngine();
   StreamEngine(const StreamEngine&) = delete;
   StreamEngine& operator=(const StreamEngine&) = delete;
@@ -134,7 +134,7 @@ class StreamEngine {
 
   stream::PairSection* mine(int q) const { return stream::section(area_, q, sec_bytes_); }
 
-  CommImpl& impl_;
+  CommServices& comm_;
   int rank_ = 0;
   int world_ = 0;
   bool host_ = true;
@@ -171,8 +171,8 @@ class StreamEngine {
 };
 
 // The communicator's engine, created (and its area published to every peer) on first use.
-StreamEngine& stream_engine(CommImpl& impl);
-// StreamEngine::rethrow_async_error of impl's engine, if it has one (none is created).
-void stream_rethrow_async_error(CommImpl& impl);
+StreamEngine& stream_engine(CommServices& comm);
+// StreamEngine::rethrow_async_error of comm's engine, if it has one (none is created).
+void stream_rethrow_async_error(CommServices& comm);
 
 }  // namespace peerlink::detail
