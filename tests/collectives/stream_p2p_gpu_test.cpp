@@ -164,7 +164,10 @@ TEST(StreamGpu, MultiBlockGroupsAndLargeReplay) {
     gpu::set_device(pltest::gpu_test_device(rank));
     Communicator comm(uid, rank, 2, pltest::gpu_test_device(rank), opts());
     const int peer = 1 - rank;
-    const size_t lens[] = {(size_t(300) << 10) + 3, 8, (size_t(1) << 20), (size_t(9) << 20) + 1, 0, 77};
+    // 20 KB + 5 at an odd offset: an LL message over several blocks with two lines per thread
+    // (ll_write / ll_read's pair loop) through its unaligned byte paths.
+    const size_t lens[] = {(size_t(300) << 10) + 3, 8, (size_t(1) << 20), (size_t(9) << 20) + 1, 0, 77,
+                           (size_t(20) << 10) + 5};
     const size_t n = sizeof(lens) / sizeof(lens[0]);
     size_t total = 0;
     std::vector<size_t> offs;
