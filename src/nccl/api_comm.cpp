@@ -129,21 +129,6 @@ ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int 
 
 }  // namespace
 
-// Wraps a communicator the real NCCL made (split/shrink of a real one).
-ncclComm* peerlink::nccl::wrap_real(ncclComm* parent, ncclComm_t r) {
-  const RealNccl* real = real_nccl(parent->opts.nccl_library);
-  auto* c = new ncclComm;
-  c->route = Route::Real;
-  c->opts = parent->opts;
-  c->log = parent->log;
-  c->device = parent->device;
-  c->real = r;
-  real->ncclCommUserRank(r, &c->rank);
-  real->ncclCommCount(r, &c->nranks);
-  c->ready = true;
-  return c;
-}
-
 PL_NCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
   if (!uniqueId) {
     set_last_error("ncclGetUniqueId: uniqueId is NULL");

@@ -1,4 +1,5 @@
-// Error mapping, last error, logging, and the lazily created real NCCL communicator.
+// Error mapping, last error, logging, the lazily created real NCCL communicator, and the wrapper
+// of a communicator the real NCCL made.
 #include <stdio.h>
 #include <unistd.h>
 
@@ -76,6 +77,21 @@ ncclResult_t check_comm(const ncclComm* comm, const char* what) {
     return ncclInvalidUsage;
   }
   return ncclSuccess;
+}
+
+// Wraps a communicator the real NCCL made (split/shrink of a real one).
+ncclComm* wrap_real(ncclComm* parent, ncclComm_t r) {
+  const RealNccl* real = real_nccl(parent->opts.nccl_library);
+  auto* c = new ncclComm;
+  c->route = Route::Real;
+  c->opts = parent->opts;
+  c->log = parent->log;
+  c->device = parent->device;
+  c->real = r;
+  real->ncclCommUserRank(r, &c->rank);
+  real->ncclCommCount(r, &c->nranks);
+  c->ready = true;
+  return c;
 }
 
 ncclComm_t real_comm(ncclComm* comm, const char* what) {
