@@ -72,9 +72,6 @@ __device__ void ll_write(char* slot, const char* src, uint64_t len, uint32_t f, 
     }
     return v;
   };
-  // Two lines per pass, both words loaded before either store (the volatile stores keep the
-  // compiler from hoisting the next pass's load above them): a thread with two lines (every
-  // message above 4 KB at 512 threads) waits for one source load latency, not two.
   // At most one line per thread (every message up to 4 KB at 512 threads): a single store. The
   // pair loop below cost those sizes 0.1 us on the stand-in (session 10 call 3).
   const uint64_t bd = blockDim.x;
@@ -86,6 +83,9 @@ __device__ void ll_write(char* slot, const char* src, uint64_t len, uint32_t f, 
     }
     return;
   }
+  // Two lines per pass, both words loaded before either store (the volatile stores keep the
+  // compiler from hoisting the next pass's load above them): a thread with two lines (every
+  // message above 4 KB at 512 threads) waits for one source load latency, not two.
   for (uint64_t i = l0 + threadIdx.x; i < l1; i += 2 * bd) {
     const uint64_t j = i + bd;
     const uint64_t vi = first.have && i == l0 + threadIdx.x ? first.v : word(i);
@@ -181,8 +181,10 @@ __device__ bool ll_read(const Ctx& x, uint64_t k, char* slot, uint64_t len, char
       for (uint64_t b = 8 * i; b < len && b < 8 * i + 8; ++b) dst[b] = char(uint8_t(v >> (8 * (b - 8 * i))));
     }
   };
-  // Two lines per pass, both loaded before either is waited for (as ll_write stores them): a thread
-  // with two lines pays one memory latency when both have landed, not two.
+  auto take = [&](uint64_t i, char* line, uint32_t lo, uint32_t hi) {  // copy out, then empty the line
+    emit(i, lo, hi);
+    store_volatile_16(line, 0, 0, 0, 0);
+  };
   const uint64_t bd = blockDim.x;
   if (l1 - l0 <= bd) {  // at most one line per thread (as in ll_write)
     const uint64_t i = l0 + threadIdx.x;
@@ -190,12 +192,12 @@ __device__ bool ll_read(const Ctx& x, uint64_t k, char* slot, uint64_t len, char
       char* li = slot + 32 + 16 * i;
       uint32_t a0, fa0, a1, fa1;
       load_volatile_16(li, a0, fa0, a1, fa1);
-      if (ll_wait_line(x, li, f, a0, a1, fa0, fa1, fail)) {
-        emit(i, a0, a1);
-        store_volatile_16(li, 0, 0, 0, 0);
-      }
+      if (ll_wait_line(x, li, f, a0, a1, fa0, fa1, fail)) take(i, li, a0, a1);
     }
   }
+  // Two lines per pass, both loaded before either is waited for (as ll_write stores them): a thread
+  // with two lines pays one memory latency when both have landed, not two. (The loop's second test
+  // repeats the branch above; written as an else, the generated code differs from the measured one.)
   for (uint64_t i = l0 + threadIdx.x; i < l1 && l1 - l0 > bd; i += 2 * bd) {
     const uint64_t j = i + bd;
     const bool two = j < l1;
@@ -207,12 +209,8 @@ __device__ bool ll_read(const Ctx& x, uint64_t k, char* slot, uint64_t len, char
     if (!ll_wait_line(x, li, f, a0, a1, fa0, fa1, fail)) break;
     if (two && !ll_wait_line(x, lj, f, b0, b1, fb0, fb1, fail)) break;
     if (*fail) break;
-    emit(i, a0, a1);
-    store_volatile_16(li, 0, 0, 0, 0);
-    if (two) {
-      emit(j, b0, b1);
-      store_volatile_16(lj, 0, 0, 0, 0);
-    }
+    take(i, li, a0, a1);
+    if (two) take(j, lj, b0, b1);
   }
   if (zero_header && threadIdx.x == 0) {
     store_volatile_16(slot, 0, 0, 0, 0);
