@@ -46,6 +46,10 @@ enum class CollAlgo {
   // receivers' scratch by cudaMemcpyAsync, one small kernel per step for the flags, the receiver's
   // scratch-to-output copy (reduce, reduce_scatter: a reduction kernel) on a forked stream.
   CopyEngine,
+  // Straight into the peers' recvbufs (all_gather, all_to_all, broadcast; GPU by copy engines, the
+  // host backend by memcpy), when recvbuf lies in a registered window (peerlink/windows.h); forced
+  // on a buffer outside any window it is InvalidArgument.
+  ZeroCopy,
 };
 
 // How memory exported by file descriptor reaches a peer (Options::fd_passing / PEERLINK_FD_PASSING).
@@ -136,6 +140,16 @@ struct Options {
   // (PEERLINK_COLL_CE_LANES, [1, 4]: each step's pushes split over that many forked streams).
   size_t coll_ce_chunk_bytes = 0;
   int coll_ce_lanes = 1;
+  // Auto selection of the zero-copy path (CollAlgo::ZeroCopy) for all_gather, all_to_all and
+  // broadcast whose recvbuf lies in a registered window: pieces of at least this many bytes
+  // (PEERLINK_COLL_ZERO_COPY_MIN; 0 = never by auto). 2x H200, bf16, graph, push path / zero-copy
+  // (session 11 call 2, 32-block copy kernel): all_gather 4 MB pieces 19.8 / 19.9 us, 8 MB 34.9 /
+  // 32.1; all_to_all alike; broadcast 8 MB 31.0 / 32.0, 16 MB 55.2 / 54.6, 32 MB 105.4 / 102.0.
+  size_t coll_zero_copy_min = size_t(8) << 20;
+  // How the zero-copy path moves its pushes (PEERLINK_COLL_ZERO_COPY_CE): 0 = a copy kernel on
+  // every SM (allreduce_blocks / allreduce_threads override its grid), 1 = copy engines, each push
+  // split over coll_ce_lanes streams.
+  int coll_zero_copy_ce = 0;
   // ---- stream-ordered send/recv on GPUs (transport/stream_*). Programmatic dependent launch of its
   // kernels (PEERLINK_STREAM_PDL=0|1); -1 = on for compute capability >= 9.0, never below. A user
   // kernel launched with PDL after a recv must call cudaGridDependencySynchronize() before reading

@@ -7,6 +7,7 @@
 #include "peerlink/communicator.h"
 #if __has_include("peerlink/collectives.h")
 #include "peerlink/collectives.h"
+#include "peerlink/windows.h"
 #endif
 #if __has_include("peerlink/topology.h")
 #include "peerlink/topology.h"

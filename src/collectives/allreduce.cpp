@@ -72,6 +72,14 @@ void check_device_error(coll::CollState& st) {
   uint32_t code = *reinterpret_cast<volatile uint32_t*>(st.error);
   if (code == 0) return;
   int peer = static_cast<int>((code >> 8) & 0xff);
+  if ((code & 0xff) == coll::kErrWindowMismatch) {
+    st.broken = std::make_exception_ptr(InvalidArgument(
+        cat("zero-copy collective on device ", st.svc->device(), " (rank ", st.rank, "): rank ", peer,
+            " passed a recvbuf at another offset of the window, another window or another shape (every rank must "
+            "pass the same window offset); that call's output is undefined and this communicator's collectives are "
+            "unusable")));
+    std::rethrow_exception(st.broken);
+  }
   std::string what = cat("allreduce on device ", st.svc->device(), " (rank ", st.rank, "): a kernel waited longer than ",
                          st.svc->options().timeout.count(), " ms for rank ", peer,
                          "; this communicator's collectives are unusable");

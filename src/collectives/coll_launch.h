@@ -31,6 +31,24 @@ void launch_collective(const CollLaunchArgs& c, void* stream);
 // error, timeout_ns. Host-only builds: UnsupportedError.
 void launch_ce_step(const LaunchArgs& a, bool entry, void* stream);
 
+// Zero-copy path (coll_zero_copy.cpp): one flag step like launch_ce_step(entry = false) that also
+// publishes `call_tag` (this rank's window offset and call shape) to every peer and compares the
+// peers' tags with it; a difference is recorded as kErrWindowMismatch in the error word.
+void launch_zc_step(const LaunchArgs& a, uint64_t call_tag, void* stream);
+// Zero-copy path: to[i] <- from[i] for i < n by push_blocks blocks (each striding over every
+// copy), and own_to <- own_from by own_blocks more blocks when own_bytes > 0.
+struct ZcCopyArgs {
+  const char* from[kMaxRanks] = {};
+  char* to[kMaxRanks] = {};
+  size_t bytes[kMaxRanks] = {};
+  int n = 0;
+  const char* own_from = nullptr;
+  char* own_to = nullptr;
+  size_t own_bytes = 0;
+  int push_blocks = 1, own_blocks = 1, threads = 512;
+};
+void launch_zc_copy(const ZcCopyArgs& c, void* stream);
+
 // Copy-engine path of reduce / reduce_scatter: out[i] = reduce(ins[0][i], .., ins[nin-1][i]) for
 // i < count (512 threads per block, `blocks` blocks of per_block elements, a multiple of 16 bytes).
 struct CeReduceArgs {
@@ -46,6 +64,13 @@ struct CollState;
 // Enqueues a collective other than all_to_all_v (d.kind) on `stream` through the copy engines
 // (reducing kinds: copies in, a reduction kernel per step on the receiver).
 void ce_collective(CollState& st, const CollDesc& d, int dtype, int op, const void* src, void* dst, void* stream);
+
+struct Window;
+// Zero-copy path of all_gather, all_to_all and broadcast (coll_zero_copy.cpp): the pieces are
+// copied straight into the peers' recvbufs, which lie in window `w` at dst's offset on every rank.
+// GPU: stream-ordered (copy engines between two flag steps); host backend: synchronous memcpy.
+// Throws InvalidArgument when a write would leave a peer's window, before anything moves.
+void zc_collective(CollState& st, const CollDesc& d, const Window& w, const void* src, void* dst, void* stream);
 
 // Host backend: runs the collective synchronously (same plan, one "block").
 void host_collective(CollState& st, const CollDesc& d, int dtype, int op, const void* src, void* dst, bool ll);

@@ -13,5 +13,11 @@ void launch_ce_reduce(const CeReduceArgs&, void*) {
 void launch_ce_step(const LaunchArgs&, bool, void*) {
   throw UnsupportedError("collectives on a GPU: peerlink was built without CUDA or HIP");
 }
+void launch_zc_step(const LaunchArgs&, uint64_t, void*) {
+  throw UnsupportedError("collectives on a GPU: peerlink was built without CUDA or HIP");
+}
+void launch_zc_copy(const ZcCopyArgs&, void*) {
+  throw UnsupportedError("collectives on a GPU: peerlink was built without CUDA or HIP");
+}
 }  // namespace peerlink::coll
 #endif

@@ -30,11 +30,18 @@ size_t default_cap(bool host, int world) {
   return std::max(size_t(4) << 20, (size_t(32) << 20) / size_t(world));
 }
 
-// Maps a peer allocation whose handle passed parse_setup_record. The host backend checks that the
-// segment really holds alloc_bytes; for device IPC the mapped range is checked here, so that the
-// offsets validated against alloc_bytes stay inside what was mapped. *handle is set once mapped,
-// so ~CollState releases exactly what was acquired.
-char* open_checked(detail::CommServices& svc, int p, const gpu::MemHandle& h, gpu::MemHandle* handle) {
+std::mutex& setup_mutex() {
+  static std::mutex m;  // guards only the check-and-create of the per-communicator slot
+  return m;
+}
+
+}  // namespace
+
+// The host backend checks that the segment really holds alloc_bytes; for device IPC the mapped
+// range is checked here, so that the offsets validated against alloc_bytes stay inside what was
+// mapped.
+char* open_peer_checked(detail::CommServices& svc, int p, const gpu::MemHandle& h, gpu::MemHandle* handle,
+                        const char* what) {
   char* base = static_cast<char*>(svc.open_peer_memory(p, h));
   *handle = h;
   if (h.kind == gpu::HandleKind::DeviceIpc) {
@@ -46,18 +53,11 @@ char* open_checked(detail::CommServices& svc, int p, const gpu::MemHandle& h, gp
     gpu::DeviceGuard on_holder(holder >= 0 ? holder : -1);
     gpu::AddressRange r = gpu::address_range(base);
     if (r.base != base || r.size < h.alloc_bytes)
-      throw InvalidArgument(cat("allreduce setup: rank ", p, "'s allocation maps ", r.size, " bytes at ", r.base,
+      throw InvalidArgument(cat(what, ": rank ", p, "'s allocation maps ", r.size, " bytes at ", r.base,
                                 ", its handle claims ", h.alloc_bytes, " bytes at ", static_cast<void*>(base)));
   }
   return base;
 }
-
-std::mutex& setup_mutex() {
-  static std::mutex m;  // guards only the check-and-create of the per-communicator slot
-  return m;
-}
-
-}  // namespace
 
 CollState::~CollState() {
   if (!svc) return;
@@ -78,10 +78,11 @@ CollState::~CollState() {
     }
   } catch (...) {
   }
+  windows.wins.clear();  // the peers' windows, unmapped on this device (PeerMapping)
   for (int p = 0; p < world; ++p) {
     if (p == rank) continue;
     try {
-      // A handle is set exactly when its mapping was acquired (open_checked).
+      // A handle is set exactly when its mapping was acquired (open_peer_checked).
       if (flag_handle[p].kind != gpu::HandleKind::None) svc->release_peer_memory(p, flag_handle[p]);
       if (data_handle[p].kind != gpu::HandleKind::None) svc->release_peer_memory(p, data_handle[p]);
     } catch (...) {
@@ -95,6 +96,13 @@ CollState::~CollState() {
     if (host && flags[rank]) svc->backend().free(flags[rank]);  // GPU: flags_mem frees it
   } catch (...) {
   }
+}
+
+CollState* coll_state_if_set(Communicator& comm) {
+  detail::CommServices& svc = detail::services(comm);
+  std::lock_guard<std::mutex> g(setup_mutex());
+  std::shared_ptr<void>& slot = svc.upper_state("collectives");
+  return static_cast<CollState*>(slot.get());
 }
 
 CollState& coll_state(Communicator& comm) {
@@ -211,8 +219,8 @@ CollState& coll_state(Communicator& comm) {
       st->data_handle[p] = mine.data;
       continue;
     }
-    st->flags[p] = reinterpret_cast<FlagArea*>(open_checked(svc, p, q.flags, &st->flag_handle[p]) + q.flags_off);
-    st->data[p] = open_checked(svc, p, q.data, &st->data_handle[p]) + q.data_off;
+    st->flags[p] = reinterpret_cast<FlagArea*>(open_peer_checked(svc, p, q.flags, &st->flag_handle[p], "allreduce setup") + q.flags_off);
+    st->data[p] = open_peer_checked(svc, p, q.data, &st->data_handle[p], "allreduce setup") + q.data_off;
   }
   {
     std::lock_guard<std::mutex> g(setup_mutex());  // readers above test the slot under this lock

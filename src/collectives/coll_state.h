@@ -10,6 +10,7 @@
 #include <string>
 
 #include "collectives/layout.h"
+#include "collectives/windows.h"
 #include "gpu/backend.h"
 #include "gpu/owners.h"
 
@@ -62,12 +63,22 @@ struct CollState {
   int ce_lanes = 1;  // Options::coll_ce_lanes
   gpu::StreamOwner ce_streams[kCeMaxLanes];
   gpu::EventOwner ce_events[kCeEvents];
+  // Registered windows (windows.cpp; peerlink/windows.h): guarded by mu.
+  WindowTable windows;
 
   ~CollState();
 };
 
 // The communicator's state, set up on first use (collective).
 CollState& coll_state(Communicator& comm);
+// The state if some call already set it up, else nullptr (never collective).
+CollState* coll_state_if_set(Communicator& comm);
+
+// Maps a peer allocation whose handle passed its record parser and returns its base here; *handle
+// is set once mapped (so the caller releases exactly what was acquired). For device IPC the
+// mapped range is checked against the handle's size. `what` names the caller in errors.
+char* open_peer_checked(detail::CommServices& svc, int peer, const gpu::MemHandle& h, gpu::MemHandle* handle,
+                        const char* what);
 
 // The kernel arguments every launch on this state shares: rank, world, layout, the ranks' mapped
 // scratch and flags, the error word and the wait bound (Options::timeout).

@@ -78,11 +78,35 @@ const std::string& algo_field(const Options& o, int kind) {
 // its piece sizes differ per rank, and ranks must choose alike without talking. The host backend
 // has no copy-engine path: "ce" runs the push plan there (same pieces and chunks).
 bool ce_kind(int kind) { return kind == coll::kAllGather || kind == coll::kBroadcast || kind == coll::kAllToAll; }
+// The zero-copy path (coll_zero_copy.cpp) serves the same kinds: pieces that only move.
+bool zc_kind(int kind) { return ce_kind(kind); }
 
-CollAlgo choose(const coll::CollState& st, const Call& c) {
+// Bytes of recvbuf a call writes on this rank (the kinds with a zero-copy path).
+size_t recv_bytes(const coll::CollDesc& d) {
+  return (d.kind == coll::kBroadcast ? 1 : size_t(d.world)) * d.count * d.elem;
+}
+
+// Zero-copy: recvbuf in a registered window (peerlink/windows.h) that every rank mapped; the
+// window contract makes this choice the same on every rank. Auto takes it from
+// Options::coll_zero_copy_min bytes per piece (UNMEASURED until the 2x H200 sweep).
+CollAlgo choose(const coll::CollState& st, const Call& c, const coll::Window* w) {
   const Options& o = st.svc->options();
   CollAlgo forced = parse_coll_algo(algo_field(o, c.d.kind));
   size_t piece_bytes = coll::local_max_piece(c.d) * c.d.elem;
+  const bool zc_ok = w && w->zero_copy && zc_kind(c.d.kind) && st.world >= 2;
+  if (forced == CollAlgo::ZeroCopy) {
+    if (!zc_kind(c.d.kind))
+      throw InvalidArgument(cat(c.name, ": zero_copy forced (Options) but only all_gather, all_to_all and broadcast "
+                                "have a zero-copy path"));
+    if (st.world < 2) return CollAlgo::Push;
+    if (!zc_ok)
+      throw InvalidArgument(cat(c.name, ": zero_copy forced (Options) but recvbuf ", c.dst, " (", recv_bytes(c.d),
+                                " bytes) is not inside a window every rank registered and exported "
+                                "(peerlink::register_window)"));
+    return CollAlgo::ZeroCopy;
+  }
+  if (forced == CollAlgo::Auto && zc_ok && o.coll_zero_copy_min > 0 && piece_bytes >= o.coll_zero_copy_min)
+    return CollAlgo::ZeroCopy;
   // An empty piece still sends a token line: LL needs an LL area (allreduce_ll_max > 0).
   if (forced == CollAlgo::LL) {
     if (piece_bytes > st.ll_max || st.ll_max == 0)
@@ -101,7 +125,7 @@ CollAlgo choose(const coll::CollState& st, const Call& c) {
 
 int clamp_int(size_t want, int lo, int hi) { return static_cast<int>(std::max<size_t>(lo, std::min<size_t>(want, hi))); }
 
-void device_run(coll::CollState& st, const Call& c, CollAlgo algo, void* stream) {
+void device_run(coll::CollState& st, const Call& c, CollAlgo algo, const coll::Window* w, void* stream) {
   coll::CollLaunchArgs L;
   coll::LaunchArgs& a = L.a;
   a.src = c.src;
@@ -132,7 +156,8 @@ void device_run(coll::CollState& st, const Call& c, CollAlgo algo, void* stream)
   // Stream ordering across calls on different streams: as allreduce (allreduce.cpp).
   const bool capturing = gpu::stream_is_capturing(stream);
   if (!capturing && st.event_valid && stream != st.last_stream) gpu::stream_wait_event(stream, st.order_event);
-  if (algo == CollAlgo::CopyEngine) coll::ce_collective(st, c.d, a.dtype, a.op, c.src, c.dst, stream);
+  if (algo == CollAlgo::ZeroCopy) coll::zc_collective(st, c.d, *w, c.src, c.dst, stream);
+  else if (algo == CollAlgo::CopyEngine) coll::ce_collective(st, c.d, a.dtype, a.op, c.src, c.dst, stream);
   else coll::launch_collective(L, stream);
   if (!capturing) {
     gpu::event_record(st.order_event, stream);
@@ -148,14 +173,17 @@ void run(Communicator& comm, Call& c, void* stream) {
   coll::check_collective_error(st);
   c.d.rank = st.rank;
   c.d.world = st.world;
-  CollAlgo algo = choose(st, c);
+  const coll::Window* w = zc_kind(c.d.kind) && c.dst ? st.windows.find(c.dst, recv_bytes(c.d)) : nullptr;
+  CollAlgo algo = choose(st, c, w);
   // Nothing moves, on any rank (counts are equal everywhere); all_to_all_v always runs (a rank
   // with nothing to move still takes part in the others' steps).
   if (c.d.kind != coll::kAllToAllV && c.d.count == 0) return;
-  if (!st.host) return device_run(st, c, algo, stream);
+  if (!st.host) return device_run(st, c, algo, w, stream);
   try {
-    coll::host_collective(st, c.d, static_cast<int>(c.dtype), static_cast<int>(c.op), c.src, c.dst,
-                          algo == CollAlgo::LL);
+    if (algo == CollAlgo::ZeroCopy) coll::zc_collective(st, c.d, *w, c.src, c.dst, nullptr);
+    else
+      coll::host_collective(st, c.d, static_cast<int>(c.dtype), static_cast<int>(c.op), c.src, c.dst,
+                            algo == CollAlgo::LL);
   } catch (const TimeoutError& e) {
     st.broken = std::make_exception_ptr(TimeoutError(cat(e.what(), "; this communicator's collectives are unusable")));
     throw;

@@ -48,6 +48,10 @@ struct FlagArea {
   uint64_t counter[kMaxBlocks];  // device: per-block step counter (advanced by the kernel itself)
   uint32_t abort;                // device: set by a block whose wait ran out; later blocks bail out
   uint32_t pad[15];
+  // Zero-copy collectives (coll_zero_copy.cpp): [source rank] = that rank's tag of the call it
+  // entered (window, offset, shape, step sequence number), written before its entry flag, so every
+  // rank sees whether all ranks passed the same window offset before any byte moves.
+  uint64_t zc_tag[kMaxRanks];
 };
 
 // Geometry of one rank's data allocation; identical on every rank.
@@ -68,8 +72,13 @@ struct DataLayout {
   PL_HD size_t ll(int slot, int pos) const { return 2 * slot_bytes() + (size_t(slot) * world + pos) * ll_cap; }
 };
 
-// Error word layout (host-visible): 0 = fine; else kErrTimeout | (peer << 8) | (rank << 16).
+// Error word layout (host-visible): 0 = fine; else code | (peer << 8) | (rank << 16).
 constexpr uint32_t kErrTimeout = 1;
+constexpr uint32_t kErrWindowMismatch = 2;  // a zero-copy call's tags differ: `peer` passed another window offset
+
+// The tag a rank publishes when it enters zero-copy step `seq` (FlagArea::zc_tag): its call's tag
+// mixed with the sequence number, so a tag left by an earlier call never matches.
+PL_HD uint64_t zc_step_tag(uint64_t call_tag, uint64_t seq) { return call_tag ^ (seq * 0x9E3779B97F4A7C15ull); }
 
 // Work split for one call: every step (chunk) has `step_elems` elements (the last may be shorter);
 // shards and block sub-ranges are multiples of `vec` elements (16 bytes) so scratch accesses stay

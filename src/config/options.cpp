@@ -52,6 +52,8 @@ constexpr Range kCollLlMax{"coll_ll_max", "PEERLINK_COLL_LL_MAX", 0, 1LL << 28};
 constexpr Range kCollCeMin{"coll_ce_min", "PEERLINK_COLL_CE_MIN", 0, 1LL << 40};
 constexpr Range kCollCeChunk{"coll_ce_chunk_bytes", "PEERLINK_COLL_CE_CHUNK_BYTES", 0, 1LL << 32};
 constexpr Range kCollCeLanes{"coll_ce_lanes", "PEERLINK_COLL_CE_LANES", 1, 4};
+constexpr Range kCollZeroCopyMin{"coll_zero_copy_min", "PEERLINK_COLL_ZERO_COPY_MIN", 0, 1LL << 40};
+constexpr Range kCollZeroCopyCe{"coll_zero_copy_ce", "PEERLINK_COLL_ZERO_COPY_CE", 0, 1};
 constexpr Range kStreamPdl{"stream_pdl", "PEERLINK_STREAM_PDL", -1, 1};
 constexpr Range kStreamBlocks{"stream_blocks", "PEERLINK_STREAM_BLOCKS", 0, 1024};
 constexpr Range kStreamThreads{"stream_threads", "PEERLINK_STREAM_THREADS", 0, 512};
@@ -143,6 +145,7 @@ const char* to_string(CollAlgo a) {
     case CollAlgo::LL: return "ll";
     case CollAlgo::Push: return "push";
     case CollAlgo::CopyEngine: return "ce";
+    case CollAlgo::ZeroCopy: return "zero_copy";
   }
   return "?";
 }
@@ -153,7 +156,8 @@ CollAlgo parse_coll_algo(const std::string& s) {
   if (v == "ll") return CollAlgo::LL;
   if (v == "push" || v == "direct") return CollAlgo::Push;
   if (v == "ce" || v == "copy_engine" || v == "copyengine") return CollAlgo::CopyEngine;
-  throw InvalidArgument(cat("collective algorithm '", s, "' is not one of ll, push, ce, auto"));
+  if (v == "zero_copy" || v == "zc" || v == "zerocopy") return CollAlgo::ZeroCopy;
+  throw InvalidArgument(cat("collective algorithm '", s, "' is not one of ll, push, ce, zero_copy, auto"));
 }
 
 namespace {
@@ -241,6 +245,9 @@ Options Options::from_env() {
   if (const char* v = env(kCollCeMin.var)) o.coll_ce_min = static_cast<size_t>(parse_int(kCollCeMin, v));
   if (const char* v = env(kCollCeChunk.var)) o.coll_ce_chunk_bytes = static_cast<size_t>(parse_int(kCollCeChunk, v));
   if (const char* v = env(kCollCeLanes.var)) o.coll_ce_lanes = static_cast<int>(parse_int(kCollCeLanes, v));
+  if (const char* v = env(kCollZeroCopyMin.var))
+    o.coll_zero_copy_min = static_cast<size_t>(parse_int(kCollZeroCopyMin, v));
+  if (const char* v = env(kCollZeroCopyCe.var)) o.coll_zero_copy_ce = parse_bool(kCollZeroCopyCe.var, v) ? 1 : 0;
   if (const char* v = env(kStreamPdl.var)) o.stream_pdl = parse_bool(kStreamPdl.var, v) ? 1 : 0;
   if (const char* v = env(kStreamBlocks.var)) o.stream_blocks = static_cast<int>(parse_int(kStreamBlocks, v));
   if (const char* v = env(kStreamThreads.var)) o.stream_threads = static_cast<int>(parse_int(kStreamThreads, v));
@@ -292,6 +299,8 @@ void Options::validate() const {
     throw InvalidArgument(cat("Options::coll_ce_chunk_bytes ", coll_ce_chunk_bytes, " is below ", kScratchMin,
                               " (0 = the scratch position; ", kCollCeChunk.var, ")"));
   check(kCollCeLanes, coll_ce_lanes);
+  check_size(kCollZeroCopyMin, coll_zero_copy_min);
+  check(kCollZeroCopyCe, coll_zero_copy_ce);
   check(kStreamPdl, stream_pdl);
   check(kStreamBlocks, stream_blocks);
   check(kStreamThreads, stream_threads);

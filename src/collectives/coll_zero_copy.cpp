@@ -1,0 +1,205 @@
+// Zero-copy path of all_gather, all_to_all and broadcast (CollAlgo::ZeroCopy): when recvbuf lies
+// in a registered window (windows.cpp) on every rank at the same offset, each rank copies its
+// outgoing pieces straight into the peers' recvbufs, no staging through the scratch of layout.h:
+// one crossing of the link per byte and no receiver-side copy.
+//
+//   user stream A:  zc step (entry) | copy kernel (pushes + own piece) | ce step (exit)
+// or, with Options::coll_zero_copy_ce, copy engines: the pushes split over the lanes (forked from
+// A and joined back as in coll_ce.cpp) and the own piece on ce_streams[0], joined before the exit.
+//
+// Entry: a rank writes a peer's recvbuf only after that peer's entry flag, i.e. once the peer's
+// stream reached this call (everything before it there, readers of recvbuf included, is done).
+// The entry step also carries each rank's tag (window id, offset, shape): ranks that passed
+// different offsets see it before any byte moves (host backend: every rank throws InvalidArgument;
+// GPU: the kernel records kErrWindowMismatch, the copies already enqueued still run but stay inside
+// the windows, and the next call throws). Exit: a rank signals after its pushes have landed (the
+// step kernel starts after the joined copies completed) and leaves once every peer's pushes into
+// its recvbuf have landed. Graph capture: fixed addresses, sequence numbers on the device, lanes
+// forked and joined by events as in coll_ce.cpp.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "collectives/coll_launch.h"
+#include "collectives/coll_state.h"
+#include "collectives/host_sync.h"
+#include "common/log.h"
+#include "gpu/runtime.h"
+#include "peerlink/errors.h"
+#include "transport/services.h"
+
+namespace peerlink::coll {
+namespace {
+
+using common::cat;
+
+enum ZcEvent { kZcFork = 0, kZcOwnDone = 1, kZcLaneJoin = 4 };  // join: 4 + l - 1 (CollState::ce_events)
+
+struct Push {
+  char* to = nullptr;  // in the peer's mapped window
+  const char* from = nullptr;
+  size_t bytes = 0;
+};
+
+uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+  return h;
+}
+
+// What every rank must agree on: the window, recvbuf's offset in it and the call's shape.
+uint64_t call_tag(const CollDesc& d, const Window& w, size_t dst_off) {
+  uint64_t h = mix(0x504c5a43ull, w.id);
+  h = mix(h, dst_off);
+  h = mix(h, uint64_t(d.kind));
+  h = mix(h, d.count);
+  h = mix(h, d.elem);
+  return mix(h, uint64_t(d.root));
+}
+
+// Rank d.rank's pushes (one per peer with a non-empty piece), bounds-checked against the length
+// each peer registered; and its own piece (from == to when nothing needs copying). Returns the
+// error when a push would leave a peer's window ("" when none does).
+std::string plan(const CollDesc& d, const Window& w, const char* src, char* dst, Push out[kMaxRanks], Push* own) {
+  const size_t e = d.elem, dst_off = size_t(dst - w.base);
+  for (int p = 0; p < d.world; ++p) {
+    Piece sp = send_piece(d, p);
+    if (p == d.rank) {
+      Piece rp = recv_piece(d, p);
+      own->from = src + sp.src_off * e;
+      own->to = dst + rp.dst_off * e;
+      own->bytes = rp.count * e;
+      continue;
+    }
+    if (!sp.count) continue;
+    CollDesc at = d;  // the receiver's view: where rank d.rank's piece lands in its recvbuf
+    at.rank = p;
+    Piece rp = recv_piece(at, d.rank);
+    const size_t lo = dst_off + rp.dst_off * e, bytes = sp.count * e;
+    if (lo > w.peer_bytes[p] || bytes > w.peer_bytes[p] - lo)
+      return cat("zero-copy collective (rank ", d.rank, "): rank ", p, "'s window ", w.id, " has ", w.peer_bytes[p],
+                 " bytes; this call would write [", lo, ", +", bytes, ") of it (recvbuf at offset ", dst_off,
+                 " of window ", w.id, " here); nothing was written");
+    out[p] = Push{w.peer_base[p] + lo, src + sp.src_off * e, bytes};
+  }
+  return {};
+}
+
+// `bad`: this rank's own pushes would leave a peer's window; it still takes part in the entry step
+// with a tag no rank can match, so every rank learns of the violation in this call.
+void host_run(CollState& st, uint64_t tag, const Push* push, const Push& own, const std::string& bad) {
+  const char* what = "zero-copy collective";
+  uint64_t seq = ++st.host_seq;
+  const uint64_t t = zc_step_tag(tag, seq);
+  for (int p = 0; p < st.world; ++p)
+    if (p != st.rank) __atomic_store_n(&st.flags[p]->zc_tag[st.rank], bad.empty() ? t : ~t, __ATOMIC_RELAXED);
+  host_signal(st, 0, seq);  // release: the tag travels with the flag
+  host_wait_all(st, 0, seq, what);
+  if (!bad.empty()) throw InvalidArgument(bad);
+  for (int p = 0; p < st.world; ++p) {
+    if (p == st.rank) continue;
+    if (__atomic_load_n(&st.flags[st.rank]->zc_tag[p], __ATOMIC_RELAXED) != t)
+      throw InvalidArgument(cat(what, " (rank ", st.rank, "): rank ", p, " passed a recvbuf at another offset of the "
+                                "window, another window or another shape (every rank must pass the same window offset)"));
+  }
+  for (int p = 0; p < st.world; ++p)
+    if (push[p].bytes) std::memcpy(push[p].to, push[p].from, push[p].bytes);
+  if (own.bytes && own.to != own.from) std::memmove(own.to, own.from, own.bytes);
+  seq = ++st.host_seq;
+  host_signal(st, 0, seq);  // our pushes landed
+  host_wait_all(st, 0, seq, what);
+}
+
+// Grid of the copy kernel: push blocks x threads (Options::allreduce_blocks / allreduce_threads
+// override them), plus own-piece blocks. 2x H200, bf16, graph, zero-copy forced, us at 16 / 64 /
+// 256 MB (session 11 call 2): all_gather 16x512 32.6/109.1/414.2, 32x512 32.4/104.4/385.4,
+// 64x512 31.8/101.4/377.3, 116x512 31.8/101.5/376.7, 32x1024 32.5/104.2/398.2, 64x1024
+// 32.1/103.5/382.2; all_to_all and broadcast alike (broadcast 256 MB: 796 / 740 / 737 / 735 / 737 /
+// 745). Copy engines instead (Options::coll_zero_copy_ce, 1 or 2 lanes): 555-558 us for all_gather
+// and 965-976 for broadcast at 256 MB.
+constexpr int kZcPushBlocks = 64, kZcOwnBlocks = 16, kZcThreads = 512;
+
+void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, void* stream) {
+  gpu::DeviceGuard dg(st.device);
+  LaunchArgs a;
+  fill_state_args(st, a);
+  a.blocks = 1;
+  const bool own_copy = own.bytes && own.to != own.from;
+  gpu::Stream A = stream;
+  launch_zc_step(a, tag, A);
+  if (st.svc->options().coll_zero_copy_ce == 0) {
+    // One kernel: push blocks over the link, own-piece blocks in local memory beside them.
+    ZcCopyArgs c;
+    for (int p = 0; p < st.world; ++p) {
+      if (!push[p].bytes) continue;
+      c.from[c.n] = push[p].from;
+      c.to[c.n] = push[p].to;
+      c.bytes[c.n++] = push[p].bytes;
+    }
+    if (own_copy) {
+      c.own_from = own.from;
+      c.own_to = own.to;
+      c.own_bytes = own.bytes;
+    }
+    c.threads = st.threads > 0 ? st.threads : kZcThreads;
+    c.push_blocks = st.blocks_override > 0 ? st.blocks_override : kZcPushBlocks;
+    c.own_blocks = kZcOwnBlocks;
+    launch_zc_copy(c, A);
+  } else {
+    // Copy engines: the own piece on B, each push split over the lanes (forked from A, joined back).
+    const int lanes = std::max(1, st.ce_lanes);
+    gpu::Stream B = st.ce_streams[0].get();
+    auto ev = [&](int i) { return st.ce_events[i].get(); };
+    auto lane = [&](int l) { return l == 0 ? A : st.ce_streams[l].get(); };
+    gpu::event_record(ev(kZcFork), A);
+    if (own_copy) {
+      gpu::stream_wait_event(B, ev(kZcFork));
+      gpu::memcpy_async(own.to, own.from, own.bytes, B);
+      gpu::event_record(ev(kZcOwnDone), B);
+    }
+    for (int l = 1; l < lanes; ++l) gpu::stream_wait_event(st.ce_streams[l].get(), ev(kZcFork));
+    for (int p = 0; p < st.world; ++p) {  // 16-byte multiples per lane
+      const Push& x = push[p];
+      if (!x.bytes) continue;
+      const size_t part = round_up((x.bytes + lanes - 1) / lanes, 16);
+      for (int l = 0; l < lanes; ++l) {
+        const size_t off = size_t(l) * part;
+        if (off >= x.bytes) break;
+        gpu::memcpy_async(x.to + off, x.from + off, std::min(part, x.bytes - off), lane(l));
+      }
+    }
+    for (int l = 1; l < lanes; ++l) {
+      gpu::event_record(ev(kZcLaneJoin + l - 1), st.ce_streams[l].get());
+      gpu::stream_wait_event(A, ev(kZcLaneJoin + l - 1));
+    }
+    if (own_copy) gpu::stream_wait_event(A, ev(kZcOwnDone));
+  }
+  launch_ce_step(a, false, A);
+}
+
+}  // namespace
+
+void zc_collective(CollState& st, const CollDesc& d, const Window& w, const void* src, void* dst, void* stream) {
+  if (d.kind != kAllGather && d.kind != kAllToAll && d.kind != kBroadcast)
+    throw InvalidArgument("zero-copy collective: only all_gather, all_to_all and broadcast have one");
+  if (!w.zero_copy)
+    throw InvalidArgument(cat("zero-copy collective: window ", w.id, " is not mapped on every rank"));
+  Push push[kMaxRanks];
+  Push own;
+  const std::string bad = plan(d, w, static_cast<const char*>(src), static_cast<char*>(dst), push, &own);
+  const uint64_t tag = call_tag(d, w, size_t(static_cast<char*>(dst) - w.base));
+  if (st.host) return host_run(st, tag, push, own, bad);
+  if (!bad.empty()) {
+    // No copy is enqueued; the entry step alone runs, with a tag no peer matches, so the peers'
+    // kernels record the mismatch (and skip their exit wait) instead of waiting for us.
+    gpu::DeviceGuard dg(st.device);
+    LaunchArgs a;
+    fill_state_args(st, a);
+    a.blocks = 1;
+    launch_zc_step(a, ~tag, stream);
+    st.broken = std::make_exception_ptr(InvalidArgument(cat(bad, "; this communicator's collectives are unusable")));
+    throw InvalidArgument(bad);
+  }
+  device_run(st, tag, push, own, stream);
+}
+
+}  // namespace peerlink::coll

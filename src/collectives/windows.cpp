@@ -1,0 +1,160 @@
+// register_window / deregister_window / window_zero_copy (peerlink/windows.h): every rank exports
+// its range, the records travel through the bootstrap allgather (untrusted: window_record.h), and
+// each rank maps the others' ranges once. The zero-copy collectives that use them are in
+// coll_zero_copy.cpp.
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include "collectives/coll_state.h"
+#include "collectives/window_record.h"
+#include "common/log.h"
+#include "peerlink/errors.h"
+#include "peerlink/windows.h"
+#include "transport/services.h"
+
+namespace peerlink {
+namespace coll {
+
+static_assert(sizeof(WindowRecord) <= Communicator::kMaxAllgatherBytes, "allgather slot");
+
+PeerMapping& PeerMapping::operator=(PeerMapping&& o) noexcept {
+  if (this != &o) {
+    reset();
+    svc_ = o.svc_;
+    peer_ = o.peer_;
+    h_ = o.h_;
+    o.svc_ = nullptr;
+  }
+  return *this;
+}
+
+void PeerMapping::reset() noexcept {
+  if (!svc_) return;
+  try {
+    svc_->release_peer_memory(peer_, h_);
+  } catch (...) {  // teardown: a failed unmap must not stop the others
+  }
+  svc_ = nullptr;
+}
+
+namespace {
+
+using common::cat;
+
+// Waits (bounded) until the last collective this rank enqueued has finished on the device: it may
+// still write the peers' windows through the mappings about to be closed.
+void wait_last_launch(CollState& st) {
+  if (st.host || !st.event_valid) return;
+  auto end = std::chrono::steady_clock::now() + st.svc->options().timeout;
+  while (!gpu::event_query(st.order_event)) {
+    if (std::chrono::steady_clock::now() > end)
+      throw TimeoutError(cat("deregister_window (rank ", st.rank, "): the last collective did not finish within ",
+                             st.svc->options().timeout.count(), " ms"));
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+}  // namespace
+}  // namespace coll
+
+uint64_t register_window(Communicator& comm, void* ptr, size_t bytes) {
+  if (!ptr || bytes == 0)
+    throw InvalidArgument(common::cat("register_window: ptr ", ptr, " and ", bytes, " bytes (need a non-null range)"));
+  auto call = detail::services(comm).begin("register_window");
+  coll::CollState& st = coll::coll_state(comm);
+  std::lock_guard<std::mutex> g(st.mu);
+  coll::check_collective_error(st);
+  for (const coll::Window& w : st.windows.wins) {
+    auto a = reinterpret_cast<uintptr_t>(ptr), b = reinterpret_cast<uintptr_t>(w.base);
+    if (a < b + w.bytes && b < a + bytes)
+      throw InvalidArgument(common::cat("register_window: [", ptr, ", +", bytes, ") overlaps window ", w.id, " [",
+                                        static_cast<void*>(w.base), ", +", w.bytes, ")"));
+  }
+  detail::CommServices& svc = *st.svc;
+  gpu::DeviceGuard dg(st.host ? -1 : st.device);
+  coll::Window w;
+  w.id = st.windows.next_id;
+  w.base = static_cast<char*>(ptr);
+  w.bytes = bytes;
+  coll::WindowRecord mine;
+  mine.rank = st.rank;
+  mine.id = w.id;
+  mine.bytes = bytes;
+  try {
+    size_t off = 0;
+    mine.handle = svc.export_memory(ptr, bytes, &off);
+    mine.offset = off;
+    mine.exported = 1;
+  } catch (const Error& e) {  // memory the backend cannot export: a window without zero-copy
+    mine.handle = gpu::MemHandle{};
+    mine.offset = 0;
+    mine.exported = 0;
+    common::log_line(LogLevel::Info, svc.options().log_level,
+                     common::cat("register_window (rank ", st.rank, "): window ", w.id, " [", ptr, ", +", bytes,
+                                 ") is not exportable, no zero-copy path: ", e.what()));
+  }
+  std::unique_ptr<coll::WindowRecord[]> all(new coll::WindowRecord[st.world]);
+  svc.allgather(&mine, sizeof mine, all.get());
+  coll::WindowExpect expect;
+  expect.id = w.id;
+  expect.host = st.host;
+  bool every = true;
+  for (int p = 0; p < st.world; ++p) {
+    all[p] = coll::parse_window_record(&all[p], sizeof(coll::WindowRecord), p, expect);
+    every = every && all[p].exported == 1;
+  }
+  st.windows.next_id++;  // the exchange happened on every rank: ids stay in step from here
+  w.peer_base[st.rank] = w.base;
+  w.peer_bytes[st.rank] = bytes;
+  if (every) {
+    for (int p = 0; p < st.world; ++p) {
+      if (p == st.rank) continue;
+      gpu::MemHandle h;
+      char* base = coll::open_peer_checked(svc, p, all[p].handle, &h, "register_window");
+      w.maps[p] = coll::PeerMapping(&svc, p, h);
+      w.peer_base[p] = base + all[p].offset;
+      w.peer_bytes[p] = all[p].bytes;
+    }
+    w.zero_copy = true;
+  }
+  // Every rank has mapped every range before any returns: a rank may deregister and free its range
+  // right after the call, and a peer still fetching that export would fail (descriptor closed).
+  svc.barrier();
+  common::log_line(LogLevel::Info, svc.options().log_level,
+                   common::cat("register_window (rank ", st.rank, "): window ", w.id, " [", ptr, ", +", bytes, ") ",
+                               every ? "zero-copy capable (every rank's range mapped)"
+                                     : "registered without zero-copy (a rank could not export its range)"));
+  const uint64_t id = w.id;
+  st.windows.wins.push_back(std::move(w));
+  return id;
+}
+
+void deregister_window(Communicator& comm, uint64_t id) {
+  auto call = detail::services(comm).begin("deregister_window");
+  coll::CollState* st = coll::coll_state_if_set(comm);
+  auto unknown = [&] { return InvalidArgument(common::cat("deregister_window: window ", id, " is not registered")); };
+  if (!st) throw unknown();
+  std::lock_guard<std::mutex> g(st->mu);
+  auto& wins = st->windows.wins;
+  for (auto it = wins.begin(); it != wins.end(); ++it) {
+    if (it->id != id) continue;
+    gpu::DeviceGuard dg(st->host ? -1 : st->device);
+    coll::wait_last_launch(*st);
+    wins.erase(it);  // PeerMapping releases the peers' ranges
+    return;
+  }
+  throw unknown();
+}
+
+bool window_zero_copy(Communicator& comm, const void* ptr, size_t bytes) {
+  auto call = detail::services(comm).begin("window_zero_copy");
+  coll::CollState* st = coll::coll_state_if_set(comm);
+  if (!st) return false;
+  std::lock_guard<std::mutex> g(st->mu);
+  const coll::Window* w = st->windows.find(ptr, bytes);
+  return w && w->zero_copy;
+}
+
+}  // namespace peerlink

@@ -1,0 +1,99 @@
+// Kernels of the zero-copy path (coll_zero_copy.cpp): the entry step that also compares the ranks'
+// tags, and the copy kernel that pushes this rank's pieces straight into the peers' recvbufs.
+#include "collectives/coll_launch.h"
+#include "collectives/device_compat.h"
+#include "collectives/device_sync.h"
+#include "common/log.h"
+#include "peerlink/errors.h"
+
+namespace peerlink::coll {
+namespace {
+
+// ---- entry step -----------------------------------------------------------------------------
+// As the copy-engine step (coll_kernels.cu), and thread p < world first stores this rank's tag of
+// the call (mixed with the step's sequence number) into rank p's zc_tag[rank]; signal_peers'
+// barrier + release store publish it with the flag. After the wait, thread p compares rank p's tag
+// with ours: a difference means rank p passed another window offset or shape (kErrWindowMismatch;
+// the abort word makes the later steps bail out, and the host reports it on the next call).
+__global__ void coll_zc_step_kernel(LaunchArgs a, uint64_t call_tag) {
+  uint64_t seq0;
+  if (!kernel_begin(a, seq0)) return;
+  const uint64_t seq = seq0 + 1, tag = zc_step_tag(call_tag, seq);
+  const int p = threadIdx.x;
+  if (p < a.world && p != a.rank) a.flags[p]->zc_tag[a.rank] = tag;
+  signal_peers(a, 0, seq);
+  if (!wait_peers(a, 0, seq)) return;
+  if (p < a.world && p != a.rank && *reinterpret_cast<volatile uint64_t*>(&a.flags[a.rank]->zc_tag[p]) != tag) {
+    volatile uint32_t* err = a.error;
+    if (*err == 0) *err = kErrWindowMismatch | (uint32_t(p) << 8) | (uint32_t(a.rank) << 16);
+    *reinterpret_cast<volatile uint32_t*>(&a.flags[a.rank]->abort) = 1;
+  }
+  kernel_end(a, seq);
+}
+
+// ---- the pushes -----------------------------------------------------------------------------
+// Every thread of the grid strides over each copy in turn: four 16-byte loads in flight before its
+// four stores (remote stores are posted; what bounds a thread is its loads). Copies whose ends are
+// not both 16-byte aligned go by 8 or 1 bytes; the tail below a 16-byte multiple by bytes.
+template <typename V>
+__device__ __forceinline__ void copy_units(V* d, const V* s, size_t n, size_t t, size_t stride) {
+  size_t k = t;
+  for (; k + 3 * stride < n; k += 4 * stride) {
+    V a0 = s[k], a1 = s[k + stride], a2 = s[k + 2 * stride], a3 = s[k + 3 * stride];
+    d[k] = a0;
+    d[k + stride] = a1;
+    d[k + 2 * stride] = a2;
+    d[k + 3 * stride] = a3;
+  }
+  for (; k < n; k += stride) d[k] = s[k];
+}
+
+// d <- s (n bytes) by the threads t = 0..stride-1 of a set of blocks.
+__device__ __forceinline__ void copy_bytes(char* d, const char* s, size_t n, size_t t, size_t stride) {
+  const uintptr_t al = reinterpret_cast<uintptr_t>(d) | reinterpret_cast<uintptr_t>(s);
+  size_t done;
+  if ((al & 15) == 0) {
+    done = n / 16 * 16;
+    copy_units(reinterpret_cast<uint4*>(d), reinterpret_cast<const uint4*>(s), n / 16, t, stride);
+  } else if ((al & 7) == 0) {
+    done = n / 8 * 8;
+    copy_units(reinterpret_cast<uint64_t*>(d), reinterpret_cast<const uint64_t*>(s), n / 8, t, stride);
+  } else {
+    done = n;
+    copy_units(reinterpret_cast<unsigned char*>(d), reinterpret_cast<const unsigned char*>(s), n, t, stride);
+  }
+  for (size_t k = done + t; k < n; k += stride) d[k] = s[k];
+}
+
+// Blocks [0, push_blocks) stride over the pushes (remote, over the link), blocks [push_blocks,
+// gridDim.x) over this rank's own piece (local memory), so the two run side by side.
+__global__ void __launch_bounds__(1024) coll_zc_copy_kernel(ZcCopyArgs c) {
+  const bool own = int(blockIdx.x) >= c.push_blocks;
+  const int b = own ? int(blockIdx.x) - c.push_blocks : int(blockIdx.x);
+  const int nb = own ? int(gridDim.x) - c.push_blocks : c.push_blocks;
+  const size_t t = size_t(b) * blockDim.x + threadIdx.x, stride = size_t(nb) * blockDim.x;
+  if (own) return copy_bytes(c.own_to, c.own_from, c.own_bytes, t, stride);
+  for (int i = 0; i < c.n; ++i) copy_bytes(c.to[i], c.from[i], c.bytes[i], t, stride);
+}
+
+}  // namespace
+
+void launch_zc_step(const LaunchArgs& a, uint64_t call_tag, void* stream) {
+  if (a.world < 2 || a.world > kMaxRanks)
+    throw InvalidArgument(common::cat("collective zero-copy step: world ", a.world, " (2..", kMaxRanks, ")"));
+  gpu::dev::launch(coll_zc_step_kernel, 1u, unsigned(kWarpSize), static_cast<DevStream>(stream), false, a, call_tag);
+  gpu::dev::check_launch("collective zero-copy step launch");
+}
+
+void launch_zc_copy(const ZcCopyArgs& c, void* stream) {
+  const int grid = c.push_blocks + (c.own_bytes ? c.own_blocks : 0);
+  if (c.n < 0 || c.n > kMaxRanks || c.push_blocks < 1 || c.own_blocks < 1 || grid > 2 * kMaxBlocks ||
+      c.threads < kWarpSize || c.threads > 1024)
+    throw InvalidArgument(common::cat("collective zero-copy copy: ", c.n, " copies, ", c.push_blocks, " + ",
+                                      c.own_blocks, " blocks of ", c.threads, " threads"));
+  if (c.n == 0 && c.own_bytes == 0) return;
+  gpu::dev::launch(coll_zc_copy_kernel, unsigned(grid), unsigned(c.threads), static_cast<DevStream>(stream), false, c);
+  gpu::dev::check_launch("collective zero-copy copy launch");
+}
+
+}  // namespace peerlink::coll
