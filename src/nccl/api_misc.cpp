@@ -1,7 +1,10 @@
 // Groups, memory, registration, reduction ops, version and error strings.
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
+#include "peerlink/windows.h"
 #include "real_nccl.h"
 #include "shim.h"
 
@@ -12,9 +15,10 @@ using namespace peerlink::nccl;
 
 namespace {
 
-// Registration handles of peerlink communicators: peerlink takes any allocation of the device
+// ncclCommRegister handles of peerlink communicators: peerlink takes any allocation of the device
 // (its IPC cache maps a buffer once, registered or not), so a handle only has to be unique and
-// checkable. Both kinds share one registry so that a wrong or double deregistration is an error.
+// checkable, so that a wrong or double deregistration is an error. (Windows are peerlink's
+// registered windows, kept by their communicator: ncclComm::windows.)
 std::mutex g_reg_mu;
 std::set<void*> g_handles;
 
@@ -115,32 +119,132 @@ PL_NCCL_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* hand
   return ncclSuccess;
 }
 
+// Windows on a peerlink communicator are peerlink's registered windows (peerlink/windows.h): with
+// NCCL_WIN_COLL_SYMMETRIC the program promises NCCL's symmetric contract (every rank passes a
+// buffer of the window at the same offset), which is exactly what peerlink's zero-copy path of
+// all_gather / all_to_all / broadcast needs. Without that flag NCCL promises no symmetric use, so
+// the handle registers nothing with peerlink: a window there would make an asymmetric (legal) call
+// an InvalidArgument. As in NCCL (2.28), registration is a group task: inside ncclGroupStart/End it
+// runs at the group end, on its own helper thread when the group holds several communicators of
+// this process (one thread driving two ranks' registrations would deadlock), ordered with the
+// communicator's collectives. The handle is valid at once; its id is filled when it ran.
 PL_NCCL_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
                                                    int winFlags) {
   if (ncclResult_t r = check_comm(comm, "ncclCommWindowRegister")) return r;
-  if (!win || (size > 0 && !buff)) {
-    set_last_error("ncclCommWindowRegister: win or buff is NULL");
+  if (!win) {
+    set_last_error("ncclCommWindowRegister: win is NULL");
+    return ncclInvalidArgument;
+  }
+  *win = nullptr;
+  if (!buff || size == 0) {  // as NCCL
+    char what[96];
+    snprintf(what, sizeof what, "ncclCommWindowRegister: invalid pointer %p / size %zu", buff, size);
+    set_last_error(what);
     return ncclInvalidArgument;
   }
   if (comm->route == Route::Real) return real_of(comm)->ncclCommWindowRegister(comm->real, buff, size, win, winFlags);
-  // Symmetric windows take no special path yet: peerlink's collectives map any buffer once and
-  // reuse the mapping (the zero-copy path a window promises is what peerlink does anyway).
+  ncclComm::Window* w = nullptr;
   try {
-    *win = static_cast<ncclWindow_t>(new_handle());
-    return ncclSuccess;
+    auto owned = std::make_unique<ncclComm::Window>();
+    w = owned.get();
+    w->buff = buff;
+    w->size = size;
+    std::lock_guard<std::mutex> g(comm->mu);
+    comm->windows.emplace(w, std::move(owned));
   } catch (const std::exception& e) {
+    set_last_error(std::string("ncclCommWindowRegister: ") + e.what());
     return result_of(e);
   }
+  *win = reinterpret_cast<ncclWindow_t>(w);
+  if (!(winFlags & NCCL_WIN_COLL_SYMMETRIC)) {
+    if (comm->log.info)
+      log_line("INFO", "comm %p rank %d/%d: window %p (%zu bytes, flags 0x%x): not symmetric, no peerlink window "
+               "(collectives on it run as on any buffer)", static_cast<void*>(comm), comm->rank, comm->nranks, buff,
+               size, winFlags);
+    return ncclSuccess;
+  }
+  Op o;
+  o.comm = comm;
+  o.kind = OpKind::Collective;
+  o.on_peerlink = false;  // waits on the host for every rank: never in group.cpp's serial batches
+  o.run = [comm, w, buff, size]() -> ncclResult_t {
+    try {
+      uint64_t id = register_window(*comm->pl, buff, size);
+      bool zc = window_zero_copy(*comm->pl, buff, size);
+      {
+        std::lock_guard<std::mutex> g(comm->mu);
+        w->id = id;
+      }
+      if (comm->log.info)
+        log_line("INFO", "comm %p rank %d/%d: window %p (%zu bytes) is peerlink window %llu: %s",
+                 static_cast<void*>(comm), comm->rank, comm->nranks, buff, size, static_cast<unsigned long long>(id),
+                 zc ? "zero-copy capable (all_gather, all_to_all, broadcast write into the peers' windows)"
+                    : "not zero-copy capable (some rank's memory is not exportable): collectives on it run as on "
+                      "any buffer");
+      return ncclSuccess;
+    } catch (const std::exception& e) {
+      set_last_error(std::string("ncclCommWindowRegister: ") + e.what());
+      ncclResult_t r = result_of(e);
+      if (r == ncclRemoteError) comm->async_error.store(r);
+      return r;
+    }
+  };
+  const bool deferred = in_group();
+  ncclResult_t r = submit(std::move(o));
+  if (r != ncclSuccess && !deferred) {  // ran and failed: the handle never existed
+    std::lock_guard<std::mutex> g(comm->mu);
+    comm->windows.erase(w);
+    *win = nullptr;
+  }
+  return r;
 }
 
+// Collective as in NCCL; no exchange (peerlink's deregistration releases this rank's mappings
+// only), queued in a group like the registration so that it follows the collectives queued before
+// it. NULL is a no-op (as NCCL); a handle not of this communicator, or deregistered already, is
+// ncclInvalidArgument at once.
 PL_NCCL_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   if (ncclResult_t r = check_comm(comm, "ncclCommWindowDeregister")) return r;
   if (comm->route == Route::Real) return real_of(comm)->ncclCommWindowDeregister(comm->real, win);
-  if (!drop_handle(win)) {
-    set_last_error("ncclCommWindowDeregister: unknown window");
-    return ncclInvalidArgument;
+  if (!win) return ncclSuccess;
+  const void* key = static_cast<const void*>(win);
+  {
+    std::lock_guard<std::mutex> g(comm->mu);
+    auto it = comm->windows.find(key);
+    if (it == comm->windows.end() || it->second->dropping) {
+      set_last_error("ncclCommWindowDeregister: unknown window (not registered on this communicator, or "
+                     "deregistered already)");
+      return ncclInvalidArgument;
+    }
+    it->second->dropping = true;
   }
-  return ncclSuccess;
+  Op o;
+  o.comm = comm;
+  o.kind = OpKind::Collective;
+  o.on_peerlink = false;  // waits (bounded) for this rank's collectives on the window
+  o.run = [comm, key]() -> ncclResult_t {
+    uint64_t id = 0;
+    {
+      std::lock_guard<std::mutex> g(comm->mu);
+      auto it = comm->windows.find(key);
+      if (it != comm->windows.end()) id = it->second->id;
+    }
+    ncclResult_t r = ncclSuccess;
+    try {
+      if (id) deregister_window(*comm->pl, id);  // 0: nothing was registered with peerlink
+    } catch (const std::exception& e) {
+      set_last_error(std::string("ncclCommWindowDeregister: ") + e.what());
+      r = result_of(e);
+      if (r == ncclRemoteError) comm->async_error.store(r);
+    }
+    if (comm->log.info && id)
+      log_line("INFO", "comm %p rank %d/%d: peerlink window %llu deregistered%s", static_cast<void*>(comm),
+               comm->rank, comm->nranks, static_cast<unsigned long long>(id), r == ncclSuccess ? "" : " (failed)");
+    std::lock_guard<std::mutex> g(comm->mu);  // the handle is gone either way
+    comm->windows.erase(key);
+    return r;
+  };
+  return submit(std::move(o));
 }
 
 PL_NCCL_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,

@@ -108,6 +108,18 @@ struct ncclComm {
   bool p2p_warm = false;
   bool p2p_forward = false;
   int shrink_count = 0;  // children created by ncclCommShrink (distinct peerlink ids)
+  // ncclCommWindowRegister (api_misc.cpp): the ncclWindow_t handed out is the address of one of
+  // these, owned here (under mu) until ncclCommWindowDeregister ran, or the communicator dies.
+  // id: the peerlink window (peerlink/windows.h), 0 while the registration is queued in a group,
+  // or when it failed or was not made (flags without NCCL_WIN_COLL_SYMMETRIC). dropping: a
+  // deregistration was called (queued or done), so a second one is an unknown window.
+  struct Window {
+    uint64_t id = 0;
+    void* buff = nullptr;
+    size_t size = 0;
+    bool dropping = false;
+  };
+  std::map<const void*, std::unique_ptr<Window>> windows;
   ~ncclComm();
 };
 
