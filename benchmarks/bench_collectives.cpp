@@ -1,5 +1,8 @@
 // bench_collectives: nccl-tests style benchmark of all_gather, reduce_scatter, broadcast, reduce and
-// all-to-all, peerlink and NCCL side by side in the same forked ranks: plain NCCL (same buffers as
+// all-to-all, peerlink and NCCL side by side in the same forked ranks: peerlink on plain buffers,
+// peerlink on the same buffers registered as windows (peerlink::register_window once per size,
+// deregistered after it: all_gather, all_to_all and broadcast may then take the zero-copy path,
+// peerlink/windows.h; --pl-register 0 leaves that column out), plain NCCL (same buffers as
 // peerlink) and NCCL on ncclMemAlloc buffers registered with ncclCommWindowRegister
 // (NCCL_WIN_COLL_SYMMETRIC, NCCL >= 2.27: its symmetric kernels, nccl-tests -R 2). NCCL is loaded
 // with dlopen when present (GPU machines); on the host backend only peerlink runs.
@@ -12,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +30,7 @@
 #include "peerlink/collectives.h"
 #include "peerlink/device.h"
 #include "peerlink/peerlink.h"
+#include "peerlink/windows.h"
 
 namespace {
 
@@ -35,7 +40,9 @@ const char* kUsage =
     "usage: bench_collectives --op all_gather|reduce_scatter|broadcast|reduce|alltoall [-b MIN] [-e MAX]\n"
     "  [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-G 0|1] [-d float|half|bfloat16|double|int32|int64]\n"
     "  [-o sum|prod|max|min] [-r ROOT] [-g NRANKS] [--gpus D0,D1,..] [--time-limit S] [--nccl 0|1] [--threads]\n"
-    "  (--nccl 0: peerlink only, no NCCL communicator; PEERLINK_* variables choose the algorithms;\n"
+    "  [--pl-register 0|1]\n"
+    "  (--nccl 0: peerlink only, no NCCL communicator; --pl-register 0: no peerlink-reg column (peerlink's\n"
+    "  buffers registered as windows); PEERLINK_* variables choose the algorithms;\n"
     "  --threads: the ranks as threads of one process, the single-GPU stand-in with --gpus 0,0)\n";
 bool g_nccl = true;  // --nccl
 
@@ -67,6 +74,7 @@ Config parse(int argc, char** argv) {
     } else if (a.flag("--gpus")) c.gpus = bench::parse_int_list("--gpus", a.value());
     else if (a.flag("--nccl")) g_nccl = bench::parse_int("--nccl", a.value(), 0, 1) != 0;
     else if (a.flag("--threads")) c.threads = true;
+    else if (a.flag("--pl-register")) c.pl_register = bench::parse_int("--pl-register", a.value(), 0, 1) != 0;
     else if (a.flag("--time-limit")) c.time_limit_s = static_cast<int>(bench::parse_int("--time-limit", a.value(), 1, 86400));
     else if (a.flag("-h", "--help")) {
       std::fputs(kUsage, stdout);
@@ -197,6 +205,80 @@ Row measure(const Config& c, Impl& impl, const Data& data, const Shape& s, uint6
   return row;
 }
 
+// measure() between the implementation's begin / end hooks (collective: every rank calls them for
+// the same sizes, so a failure is reported in the row, and the ranks stay in step).
+Row measure_size(const Config& c, Impl& impl, const Data& data, const Shape& s, uint64_t seed, void* stream,
+                 peerlink::Communicator& comm) {
+  const size_t es = data.es();
+  try {
+    if (impl.begin) impl.begin(s.send_elems * es, s.recv_elems * es);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s %s: setup failed: %s\n", comm.rank(), impl.name, kCollNames[int(c.op)], e.what());
+    try {
+      if (impl.end) impl.end();  // what did register
+    } catch (...) {
+    }
+    return Row{};
+  }
+  Row row = measure(c, impl, data, s, seed, stream, comm);
+  try {
+    if (impl.end) impl.end();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s %s: teardown failed: %s\n", comm.rank(), impl.name, kCollNames[int(c.op)], e.what());
+    row.ok = false;
+  }
+  return row;
+}
+
+// The peerlink-reg column: peerlink's own buffers (p's), registered as two windows around each
+// size. Its availability line says whether such windows are zero-copy capable (a trial
+// registration of both buffers whole).
+void set_pl_registered(const Config& c, peerlink::Communicator& comm, const Impl& p, Impl& reg, size_t max_bytes) {
+  reg.name = "peerlink-reg";
+  if (!c.pl_register) {
+    reg.why = "--pl-register 0";
+    return;
+  }
+  reg.available = true;
+  reg.send = p.send;
+  reg.recv = p.recv;
+  reg.run = p.run;  // same calls on the same buffers: only the registration differs
+  reg.after_sync = p.after_sync;
+  auto ids = std::make_shared<std::vector<uint64_t>>();
+  reg.begin = [&comm, ids, send = p.send, recv = p.recv](size_t sb, size_t rb) {
+    ids->push_back(peerlink::register_window(comm, send, sb ? sb : 1));
+    ids->push_back(peerlink::register_window(comm, recv, rb ? rb : 1));
+  };
+  reg.end = [&comm, ids] {  // every window released even when one deregistration throws
+    std::vector<uint64_t> mine;
+    mine.swap(*ids);
+    std::exception_ptr first;
+    for (uint64_t id : mine) {
+      try {
+        peerlink::deregister_window(comm, id);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    if (first) std::rethrow_exception(first);
+  };
+  try {
+    reg.begin(max_bytes, max_bytes);
+    const bool zc = peerlink::window_zero_copy(comm, p.recv, max_bytes);
+    reg.end();
+    reg.note = zc ? "zero-copy capable; auto from " + std::to_string(comm.options().coll_zero_copy_min) +
+                        "-byte pieces (PEERLINK_COLL_ZERO_COPY_MIN)"
+                  : "NOT zero-copy capable: runs as peerlink";
+  } catch (const std::exception& e) {
+    try {
+      reg.end();
+    } catch (...) {
+    }
+    reg.available = false;
+    reg.why = std::string("register_window: ") + e.what();
+  }
+}
+
 int run_rank(const Config& c, const std::string& uid, int rank, const std::vector<int>& devs) {
   const int n = static_cast<int>(devs.size()), dev = devs[rank];
   void* stream = nullptr;
@@ -210,7 +292,7 @@ int run_rank(const Config& c, const std::string& uid, int rank, const std::vecto
   const size_t es = bench::dt_size(c.dt);
   auto sizes = bench::size_sweep(c.min_bytes, c.max_bytes, c.factor);
   const size_t max_bytes = std::max<size_t>(sizes.back() / es * es, es * n) + 64;
-  Impl impls[3];
+  Impl impls[kImpls];  // peerlink, peerlink-reg, nccl, nccl-reg
   impls[0].name = "peerlink";
   impls[0].available = true;
   impls[0].send = comm.alloc(max_bytes);
@@ -230,32 +312,36 @@ int run_rank(const Config& c, const std::string& uid, int rank, const std::vecto
     };
     p.after_sync = [&comm] { peerlink::allreduce_check(comm); };
   }
+  set_pl_registered(c, comm, impls[0], impls[1], max_bytes);
   std::unique_ptr<NcclSide> nccl;
   if (g_nccl) {
-    nccl = std::make_unique<NcclSide>(c, comm, devs, impls[0].send, impls[0].recv, max_bytes, impls[1], impls[2]);
+    nccl = std::make_unique<NcclSide>(c, comm, devs, impls[0].send, impls[0].recv, max_bytes, impls[2], impls[3]);
   } else {
-    impls[1].name = "nccl";
-    impls[2].name = "nccl-reg";
-    impls[1].why = impls[2].why = "--nccl 0";
+    impls[2].name = "nccl";
+    impls[3].name = "nccl-reg";
+    impls[2].why = impls[3].why = "--nccl 0";
   }
   Reporter rep(c, comm, impls);
   Data data(c, rank, n);
   // Untimed calls of each implementation before the sweep (common/warmup.h).
   for (Impl& im : impls)
-    if (im.available)
+    if (im.available) {
+      if (im.begin) im.begin(max_bytes, max_bytes);
       bench::prewarm(cfg.warmup, {sizes.back() / es / n * n, sizes.front() / es / n * n},
                      [&](size_t elems) { im.run(shape_of(c.op, elems, n).piece, stream); },
                      [&] {
                        if (stream) peerlink::device::stream_sync(stream);
                        if (im.after_sync) im.after_sync();
                      });
+      if (im.end) im.end();
+    }
   for (size_t bytes : sizes) {
     size_t elems = bytes / es / n * n;  // a multiple of n elements, as nccl-tests
     if (elems == 0) continue;
     Shape s = shape_of(c.op, elems, n);
-    Row rows[3];
-    for (int k = 0; k < 3; ++k)
-      if (impls[k].available) rows[k] = measure(cfg, impls[k], data, s, bytes * 2654435761u + 1, stream, comm);
+    Row rows[kImpls];
+    for (int k = 0; k < kImpls; ++k)
+      if (impls[k].available) rows[k] = measure_size(cfg, impls[k], data, s, bytes * 2654435761u + 1, stream, comm);
     rep.add(elems * es, elems, rows);
   }
   comm.barrier();

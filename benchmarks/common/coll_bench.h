@@ -1,5 +1,7 @@
 // Parts of bench_collectives: configuration, one implementation's entry, the NCCL side (plain and
-// window-registered, through nccl_dl.h) and the nccl-tests style table printed by rank 0.
+// window-registered, through nccl_dl.h) and the nccl-tests style table printed by rank 0. The
+// table's implementations, in column order: peerlink, peerlink-reg (its buffers registered with
+// peerlink::register_window), nccl, nccl-reg.
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -17,6 +19,7 @@ namespace bench::coll {
 
 enum class Coll { AllGather, ReduceScatter, Broadcast, Reduce, AllToAll };
 const char* const kCollNames[] = {"all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall"};
+constexpr int kImpls = 4;  // peerlink, peerlink-reg, nccl, nccl-reg
 
 struct Config {
   Coll op = Coll::AllGather;
@@ -27,6 +30,7 @@ struct Config {
   std::vector<int> gpus;
   int time_limit_s = 900;
   bool threads = false;  // --threads: the ranks as threads of one process (launch.h thread_ranks)
+  bool pl_register = true;  // --pl-register: the peerlink-reg column
 };
 
 // One implementation: run(count) issues one collective of the current size on `stream` with its
@@ -34,11 +38,16 @@ struct Config {
 struct Impl {
   const char* name = "";
   bool available = false;
-  std::string why;
+  std::string why;   // when unavailable
+  std::string note;  // said after "available"
   void* send = nullptr;
   void* recv = nullptr;
   std::function<void(size_t, void*)> run;
   std::function<void()> after_sync;
+  // Around each size's measurement (collective, every rank): begin(send bytes, recv bytes) before
+  // the first call of the size, end() after its last one (peerlink-reg: register / deregister).
+  std::function<void(size_t, size_t)> begin;
+  std::function<void()> end;
 };
 
 struct Row {
@@ -156,21 +165,21 @@ class Reporter {
     if (comm.rank() != 0) return;
     std::printf("# bench_collectives op=%s nranks=%d type=%s redop=%s root=%d iters=%d warmup=%d graph=%d\n",
                 kCollNames[k], n_, dt_name(c.dt), op_name(c.redop), c.root, c.iters, c.warmup, c.graph ? 1 : 0);
-    for (int i = 0; i < 3; ++i) table::print_availability(impls_[i].name, impls_[i].available, impls_[i].why);
+    for (int i = 0; i < kImpls; ++i) table::print_availability(impls_[i].name, impls_[i].available, impls_[i].why, impls_[i].note);
     std::printf("#%11s %12s %8s %6s %5s", "size", "count", "type", "redop", "root");
-    table::print_cell_heads(3);
+    table::print_cell_heads(kImpls);
     std::printf("\n#%11s %12s %8s %6s %5s", "(B)", "(elements)", "", "", "");
-    table::print_cell_units(3);
+    table::print_cell_units(kImpls);
     std::printf("\n");
     std::fflush(stdout);
   }
-  void add(size_t bytes, size_t count, const Row rows[3]) {
-    const std::vector<table::Cell> cells = table::gather(comm_, rows, 3);
+  void add(size_t bytes, size_t count, const Row rows[kImpls]) {
+    const std::vector<table::Cell> cells = table::gather(comm_, rows, kImpls);
     if (comm_.rank() != 0) return;
     const bool rooted = c_.op == Coll::Broadcast || c_.op == Coll::Reduce;
     std::printf(" %11zu %12zu %8s %6s %5d", bytes, count, dt_name(c_.dt),
                 c_.op == Coll::ReduceScatter || c_.op == Coll::Reduce ? op_name(c_.redop) : "none", rooted ? c_.root : -1);
-    for (int k = 0; k < 3; ++k) {
+    for (int k = 0; k < kImpls; ++k) {
       if (!impls_[k].available) {
         table::print_unavailable_cell();
         continue;
@@ -193,7 +202,7 @@ class Reporter {
   int finish() {
     if (comm_.rank() != 0) return 0;
     table::print_wrong_total(wrong_, c_.check);
-    for (int k = 0; k < 3; ++k)
+    for (int k = 0; k < kImpls; ++k)
       if (rows_[k]) table::print_avg_busbw(impls_[k].name, busbw_[k] / rows_[k]);
     return table::exit_code(wrong_, failures_);
   }
@@ -206,8 +215,8 @@ class Reporter {
   double factor_ = 1;
   uint64_t wrong_ = 0;
   int failures_ = 0;
-  double busbw_[3] = {};
-  int rows_[3] = {};
+  double busbw_[kImpls] = {};
+  int rows_[kImpls] = {};
 };
 
 }  // namespace bench::coll

@@ -49,8 +49,12 @@ inline double algbw(size_t bytes, double time_us) {
   return time_us > 0 ? static_cast<double>(bytes) / (time_us * 1e-6) / 1e9 : 0;
 }
 
-inline void print_availability(const char* name, bool available, const std::string& why) {
-  std::printf("# %-8s : %s\n", name, available ? "available" : ("unavailable (" + why + ")").c_str());
+// `why`: the reason when unavailable; `note`: said after "available" when not empty.
+inline void print_availability(const char* name, bool available, const std::string& why,
+                               const std::string& note = "") {
+  const std::string what = available ? (note.empty() ? "available" : "available (" + note + ")")
+                                     : "unavailable (" + why + ")";
+  std::printf("# %-8s : %s\n", name, what.c_str());
 }
 
 // The cells' parts of the two head lines, for `k` implementations.

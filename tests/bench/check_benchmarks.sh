@@ -111,20 +111,47 @@ if run "bench_allreduce --inject-error is detected" 2 "$BIN/bench_allreduce" --g
   if has 'Out of bounds values : [1-9].* ERROR'; then ok "bench_allreduce --inject-error is detected"; else bad "injected allreduce error not counted"; fi
 fi
 
-# bench_collectives: every op on 3 host ranks, results verified (#wrong 0 on every row).
+# bench_collectives: every op on 3 host ranks, results verified (#wrong 0 on every row), in the
+# peerlink column and in peerlink-reg (the same buffers registered as windows, register_window).
+cell='+[0-9.]+ +[0-9.]+ +[0-9.]+ +0 '
+coll_rows() { grep -cE "^ +[0-9]+ +[0-9]+ +bfloat16 +[a-z]+ +-?[0-9]+ $cell$1" "$TMP/out"; }
 for op in all_gather reduce_scatter broadcast reduce alltoall; do
   name="bench_collectives --op $op"
   if run "$name" 0 "$BIN/bench_collectives" --op $op --gpus -1,-1,-1 -b 8 -e 256K -f 32 -n 3 -w 1 -d bfloat16 -r 1; then
     if has 'size +count +type +redop +root +time +algbw +busbw +#wrong' && has 'Out of bounds values : 0 OK' &&
-       has '^# peerlink : available' && has "op=$op" &&
-       [ "$(grep -cE '^ +[0-9]+ +[0-9]+ +bfloat16 +[a-z]+ +-?[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +0 ' "$TMP/out")" = 4 ]; then
+       has '^# peerlink : available' && has '^# peerlink-reg : available' && has "op=$op" &&
+       [ "$(coll_rows "$cell")" = 4 ]; then
       ok "$name"
     else
       bad "$name output"
     fi
   fi
 done
+# The zero-copy path on registered host windows (Communicator::alloc memory is exportable): auto
+# from 1-byte pieces, so every row of peerlink-reg takes it; peerlink (no window) must not.
+for op in all_gather broadcast alltoall; do
+  name="bench_collectives --op $op, peerlink-reg zero-copy"
+  if run "$name" 0 env PEERLINK_COLL_ZERO_COPY_MIN=1 "$BIN/bench_collectives" --op $op --gpus -1,-1,-1 -b 8 -e 1M \
+       -f 32 -n 3 -w 1 -d bfloat16 -r 2 --pl-register 1; then
+    if has '^# peerlink-reg : available \(zero-copy capable' && has 'Out of bounds values : 0 OK' &&
+       [ "$(coll_rows "$cell")" = 4 ]; then
+      ok "$name"
+    else
+      bad "$name output"
+    fi
+  fi
+done
+if run "bench_collectives --pl-register 0" 0 "$BIN/bench_collectives" --op all_gather --gpus -1,-1 -b 8 -e 4K -f 32 \
+     -n 3 -w 1 -d bfloat16 --pl-register 0; then
+  if has '^# peerlink-reg : unavailable \(--pl-register 0\)' && has 'Out of bounds values : 0 OK'; then
+    ok "bench_collectives --pl-register 0"
+  else
+    bad "bench_collectives --pl-register 0 output"
+  fi
+fi
 run "bench_collectives --op bad is refused" 1 "$BIN/bench_collectives" --op allreduce && ok "bench_collectives --op bad is refused"
+run "bench_collectives --pl-register bad is refused" 1 "$BIN/bench_collectives" --pl-register 2 &&
+  ok "bench_collectives --pl-register bad is refused"
 
 if run "p2p_matrix host 2x2" 0 "$BIN/p2p_matrix" --gpus -1,-1 -s 256K -n 3 --lat-iters 10 --json "$TMP/pm.json"; then
   if has '^#wrong 0, failed cells 0' && has 'Unidirectional bandwidth' && has 'Bidirectional bandwidth' &&
