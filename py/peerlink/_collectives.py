@@ -112,6 +112,22 @@ class CollectivesMixin:
         rc, rd = splits(out, output, output_split_sizes, "output")
         _C.all_to_all_v(self._c, inp.address, sc, sd, out.address, rc, rd, inp.dtype, self._stream_of(out, stream))
 
+    # ---- registered windows (peerlink/windows.h) -------------------------------------------------
+    def register_window(self, tensor) -> int:
+        """Collective (every rank, same order): registers the tensor's memory as a window and
+        returns its id. all_gather_into_tensor, all_to_all_single (equal splits) and broadcast whose
+        output lies in a window, at the same offset on every rank, may then write the peers'
+        outputs directly (zero-copy). The tensor must stay alive until deregister_window."""
+        if not _C.has_collectives:
+            raise _C.UnsupportedError("register_window: this peerlink library was built without collectives")
+        view = self._view(tensor, "register_window", None, sync=False)
+        return int(_C.register_window(self._c, view.address, view.nbytes))
+
+    def deregister_window(self, window_id: int) -> None:
+        """Releases a window of register_window (every rank, same order); waits for this rank's
+        collectives already enqueued."""
+        _C.deregister_window(self._c, int(window_id))
+
     def _coll_view(self, tensor, what: str, stream, writable: bool = False) -> BufferView:
         if not _C.has_collectives:
             raise _C.UnsupportedError(f"{what}: this peerlink library was built without collectives")

@@ -26,6 +26,8 @@ void reduce(Communicator&, const void*, void*, size_t, DataType, ReduceOp, int, 
 void all_to_all(Communicator&, const void*, void*, size_t, DataType, void*) __attribute__((weak));
 void all_to_all_v(Communicator&, const void*, const size_t*, const size_t*, void*, const size_t*, const size_t*,
                   DataType, void*) __attribute__((weak));
+uint64_t register_window(Communicator&, void*, size_t) __attribute__((weak));
+void deregister_window(Communicator&, uint64_t) __attribute__((weak));
 }  // namespace peerlink
 #define PEERLINK_PY_HAVE_COLLECTIVES_HEADER 1
 #else
@@ -140,6 +142,17 @@ void register_collectives(py::module_& m) {
     py::gil_scoped_release nogil;
     peerlink::all_to_all_v(c, reinterpret_cast<const void*>(send), sc.data(), sd.data(), reinterpret_cast<void*>(recv),
                            rc.data(), rd.data(), t, reinterpret_cast<void*>(stream));
+  });
+  // Registered windows (peerlink/windows.h): collective; the memory stays the caller's.
+  m.def("register_window", [](Communicator& c, uintptr_t ptr, size_t nbytes) {
+    if (!&peerlink::register_window) throw UnsupportedError("register_window: the peerlink library has no windows");
+    py::gil_scoped_release nogil;
+    return peerlink::register_window(c, reinterpret_cast<void*>(ptr), nbytes);
+  });
+  m.def("deregister_window", [](Communicator& c, uint64_t id) {
+    if (!&peerlink::deregister_window) throw UnsupportedError("deregister_window: the peerlink library has no windows");
+    py::gil_scoped_release nogil;
+    peerlink::deregister_window(c, id);
   });
 #else
   m.attr("has_collectives") = false;

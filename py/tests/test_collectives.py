@@ -111,3 +111,32 @@ def _bad(comm, ctx):
 
 def test_invalid_arguments(kind):
     run_ranks(_bad, world=2, kind=kind)
+
+
+def _windows(comm, ctx, n, dtype):
+    """Registered windows: outputs in a window of comm.empty() memory take the zero-copy path
+    (forced through the environment) and give the same results as without."""
+    r, w = ctx.rank, ctx.world
+    out = comm.empty(n * w, dtype, kind=None if ctx.kind == "numpy" else ctx.kind)
+    wid = comm.register_window(out)
+    assert wid >= 1
+    for it in range(3):
+        comm.all_gather_into_tensor(out, ctx.from_numpy(_rand(100 * it + r, n, dtype)))
+        _sync(ctx)
+        want = np.concatenate([_rand(100 * it + q, n, dtype) for q in range(w)])
+        assert np.array_equal(ctx.to_numpy(out), want), f"rank {r}: all_gather_into_tensor in a window, call {it}"
+    inp = ctx.from_numpy(_rand(500 + r, w * n, dtype))
+    comm.all_to_all_single(out, inp)
+    _sync(ctx)
+    want = np.concatenate([_rand(500 + q, w * n, dtype)[r * n:(r + 1) * n] for q in range(w)])
+    assert np.array_equal(ctx.to_numpy(out), want), f"rank {r}: all_to_all_single in a window"
+    comm.deregister_window(wid)
+    with pytest.raises(peerlink.InvalidArgument):
+        comm.deregister_window(wid)
+    return True
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_windows_zero_copy(kind, world):
+    env = {"PEERLINK_ALL_GATHER_ALGO": "zero_copy", "PEERLINK_ALL_TO_ALL_ALGO": "zero_copy"}
+    run_ranks(_windows, world=world, kind=kind, args=(1001, "int64"), env=env, timeout=120.0)
