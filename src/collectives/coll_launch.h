@@ -59,6 +59,9 @@ struct CeReduceArgs {
   int blocks = 1, dtype = 0, op = 0;
 };
 void launch_ce_reduce(const CeReduceArgs& r, void* stream);
+// Zero-copy path of reduce / reduce_scatter: as launch_ce_reduce (512 threads per block), the
+// inputs read with several 16-byte loads in flight per thread (peers' sendbufs over the link).
+void launch_zc_pull(const CeReduceArgs& r, void* stream);
 
 struct CollState;
 // Enqueues a collective other than all_to_all_v (d.kind) on `stream` through the copy engines
@@ -66,11 +69,13 @@ struct CollState;
 void ce_collective(CollState& st, const CollDesc& d, int dtype, int op, const void* src, void* dst, void* stream);
 
 struct Window;
-// Zero-copy path of all_gather, all_to_all and broadcast (coll_zero_copy.cpp): the pieces are
-// copied straight into the peers' recvbufs, which lie in window `w` at dst's offset on every rank.
+// Zero-copy path (coll_zero_copy.cpp): all_gather, all_to_all and broadcast copy their pieces
+// straight into the peers' recvbufs (in window `w` at dst's offset on every rank); reduce and
+// reduce_scatter read the peers' sendbufs in place (in `w` at src's offset on every rank).
 // GPU: stream-ordered (copy engines between two flag steps); host backend: synchronous memcpy.
 // Throws InvalidArgument when a write would leave a peer's window, before anything moves.
-void zc_collective(CollState& st, const CollDesc& d, const Window& w, const void* src, void* dst, void* stream);
+void zc_collective(CollState& st, const CollDesc& d, int dtype, int op, const Window& w, const void* src, void* dst,
+                   void* stream);
 
 // Host backend: runs the collective synchronously (same plan, one "block").
 void host_collective(CollState& st, const CollDesc& d, int dtype, int op, const void* src, void* dst, bool ll);

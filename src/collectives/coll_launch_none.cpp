@@ -16,6 +16,9 @@ void launch_ce_step(const LaunchArgs&, bool, void*) {
 void launch_zc_step(const LaunchArgs&, uint64_t, void*) {
   throw UnsupportedError("collectives on a GPU: peerlink was built without CUDA or HIP");
 }
+void launch_zc_pull(const CeReduceArgs&, void*) {
+  throw UnsupportedError("collectives on a GPU: peerlink was built without CUDA or HIP");
+}
 void launch_zc_copy(const ZcCopyArgs&, void*) {
   throw UnsupportedError("collectives on a GPU: peerlink was built without CUDA or HIP");
 }

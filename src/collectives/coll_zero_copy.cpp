@@ -23,6 +23,7 @@
 #include "collectives/coll_launch.h"
 #include "collectives/coll_state.h"
 #include "collectives/host_sync.h"
+#include "collectives/reduce_ops.h"
 #include "common/log.h"
 #include "gpu/runtime.h"
 #include "peerlink/errors.h"
@@ -84,9 +85,60 @@ std::string plan(const CollDesc& d, const Window& w, const char* src, char* dst,
   return {};
 }
 
+// The reducing kinds pull instead: this rank reduces its piece from every rank's sendbuf, read in
+// place through the window (reduce: the root only; reduce_scatter: every rank its own slice).
+struct Pull {
+  const char* ins[kMaxRanks] = {};
+  char* out = nullptr;
+  size_t count = 0;  // elements; 0 when this rank reduces nothing (a non-root of reduce)
+  size_t elem = 1;   // bytes per element
+};
+
+// As plan(), for a pull: every read range is checked against the length each peer registered.
+std::string plan_pull(const CollDesc& d, const Window& w, const char* src, char* dst, Pull* pl) {
+  const size_t e = d.elem, src_off = size_t(src - w.base);
+  const Piece rp = recv_piece(d, d.rank);
+  if (!rp.count) return {};
+  const size_t lo = src_off + rp.src_off * e, bytes = rp.count * e;
+  for (int r = 0; r < d.world; ++r) {
+    if (r == d.rank) {
+      pl->ins[r] = src + rp.src_off * e;
+      continue;
+    }
+    if (lo > w.peer_bytes[r] || bytes > w.peer_bytes[r] - lo)
+      return cat("zero-copy collective (rank ", d.rank, "): rank ", r, "'s window ", w.id, " has ", w.peer_bytes[r],
+                 " bytes; this call would read [", lo, ", +", bytes, ") of it (sendbuf at offset ", src_off,
+                 " of window ", w.id, " here); nothing was written");
+    pl->ins[r] = w.peer_base[r] + lo;
+  }
+  pl->out = dst + rp.dst_off * e;
+  pl->count = rp.count;
+  pl->elem = e;
+  return {};
+}
+
+// out = op over ins[0..n) in rank order (host backend).
+void host_reduce(int dtype, int op, const Pull& pl, int n) {
+  bool known = with_type(dtype, [&](auto t) {
+    using T = decltype(t);
+    const T* in[kMaxRanks];
+    for (int r = 0; r < n; ++r) in[r] = reinterpret_cast<const T*>(pl.ins[r]);
+    T* out = reinterpret_cast<T*>(pl.out);
+    switch (op) {
+      case kOpSum: return reduce_elems<T, kOpSum>(in, n, &out, 1, pl.count);
+      case kOpMax: return reduce_elems<T, kOpMax>(in, n, &out, 1, pl.count);
+      case kOpMin: return reduce_elems<T, kOpMin>(in, n, &out, 1, pl.count);
+      case kOpProd: return reduce_elems<T, kOpProd>(in, n, &out, 1, pl.count);
+    }
+    throw InvalidArgument(cat("zero-copy collective: unknown reduce op code ", op));
+  });
+  if (!known) throw InvalidArgument(cat("zero-copy collective: unknown dtype code ", dtype));
+}
+
 // `bad`: this rank's own pushes would leave a peer's window; it still takes part in the entry step
 // with a tag no rank can match, so every rank learns of the violation in this call.
-void host_run(CollState& st, uint64_t tag, const Push* push, const Push& own, const std::string& bad) {
+void host_run(CollState& st, uint64_t tag, const Push* push, const Push& own, const Pull& pull, int dtype, int op,
+              const std::string& bad) {
   const char* what = "zero-copy collective";
   uint64_t seq = ++st.host_seq;
   const uint64_t t = zc_step_tag(tag, seq);
@@ -104,8 +156,9 @@ void host_run(CollState& st, uint64_t tag, const Push* push, const Push& own, co
   for (int p = 0; p < st.world; ++p)
     if (push[p].bytes) std::memcpy(push[p].to, push[p].from, push[p].bytes);
   if (own.bytes && own.to != own.from) std::memmove(own.to, own.from, own.bytes);
+  if (pull.count) host_reduce(dtype, op, pull, st.world);
   seq = ++st.host_seq;
-  host_signal(st, 0, seq);  // our pushes landed
+  host_signal(st, 0, seq);  // our pushes landed, our reads of the peers' sendbufs are done
   host_wait_all(st, 0, seq, what);
 }
 
@@ -118,7 +171,8 @@ void host_run(CollState& st, uint64_t tag, const Push* push, const Push& own, co
 // and 965-976 for broadcast at 256 MB.
 constexpr int kZcPushBlocks = 64, kZcOwnBlocks = 16, kZcThreads = 512;
 
-void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, void* stream) {
+void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, const Pull& pull, int dtype, int op,
+                void* stream) {
   gpu::DeviceGuard dg(st.device);
   LaunchArgs a;
   fill_state_args(st, a);
@@ -126,7 +180,21 @@ void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, 
   const bool own_copy = own.bytes && own.to != own.from;
   gpu::Stream A = stream;
   launch_zc_step(a, tag, A);
-  if (st.svc->options().coll_zero_copy_ce == 0) {
+  if (pull.count) {  // the reduction kernel of the copy-engine path, reading the peers in place
+    CeReduceArgs ra;
+    for (int r = 0; r < st.world; ++r) ra.ins[r] = pull.ins[r];
+    ra.nin = st.world;
+    ra.out = pull.out;
+    ra.count = pull.count;
+    ra.dtype = dtype;
+    ra.op = op;
+    const size_t e = pull.elem;
+    ra.blocks = st.blocks_override > 0 ? st.blocks_override
+                                       : int(std::min<size_t>(std::min(std::max(st.sm_count, 1), kMaxBlocks),
+                                                              std::max<size_t>(1, pull.count * e / (512 * 16))));
+    ra.per_block = round_up((pull.count + ra.blocks - 1) / ra.blocks, 16 / e);
+    launch_zc_pull(ra, A);
+  } else if (st.svc->options().coll_zero_copy_ce == 0) {
     // One kernel: push blocks over the link, own-piece blocks in local memory beside them.
     ZcCopyArgs c;
     for (int p = 0; p < st.world; ++p) {
@@ -178,16 +246,22 @@ void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, 
 
 }  // namespace
 
-void zc_collective(CollState& st, const CollDesc& d, const Window& w, const void* src, void* dst, void* stream) {
-  if (d.kind != kAllGather && d.kind != kAllToAll && d.kind != kBroadcast)
-    throw InvalidArgument("zero-copy collective: only all_gather, all_to_all and broadcast have one");
+void zc_collective(CollState& st, const CollDesc& d, int dtype, int op, const Window& w, const void* src, void* dst,
+                   void* stream) {
+  if (d.kind == kAllToAllV)
+    throw InvalidArgument("zero-copy collective: all_to_all_v has none (its pieces differ per rank)");
   if (!w.zero_copy)
     throw InvalidArgument(cat("zero-copy collective: window ", w.id, " is not mapped on every rank"));
   Push push[kMaxRanks];
   Push own;
-  const std::string bad = plan(d, w, static_cast<const char*>(src), static_cast<char*>(dst), push, &own);
-  const uint64_t tag = call_tag(d, w, size_t(static_cast<char*>(dst) - w.base));
-  if (st.host) return host_run(st, tag, push, own, bad);
+  Pull pull;
+  const char* s = static_cast<const char*>(src);
+  char* t = static_cast<char*>(dst);
+  const bool red = reducing(d.kind);
+  const std::string bad = red ? plan_pull(d, w, s, t, &pull) : plan(d, w, s, t, push, &own);
+  // The window holds recvbuf (moving kinds) or sendbuf (reducing kinds): its offset is in the tag.
+  const uint64_t tag = call_tag(d, w, size_t((red ? s : t) - w.base)) ^ uint64_t(op);
+  if (st.host) return host_run(st, tag, push, own, pull, dtype, op, bad);
   if (!bad.empty()) {
     // No copy is enqueued; the entry step alone runs, with a tag no peer matches, so the peers'
     // kernels record the mismatch (and skip their exit wait) instead of waiting for us.
@@ -199,7 +273,7 @@ void zc_collective(CollState& st, const CollDesc& d, const Window& w, const void
     st.broken = std::make_exception_ptr(InvalidArgument(cat(bad, "; this communicator's collectives are unusable")));
     throw InvalidArgument(bad);
   }
-  device_run(st, tag, push, own, stream);
+  device_run(st, tag, push, own, pull, dtype, op, stream);
 }
 
 }  // namespace peerlink::coll

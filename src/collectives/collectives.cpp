@@ -78,17 +78,29 @@ const std::string& algo_field(const Options& o, int kind) {
 // its piece sizes differ per rank, and ranks must choose alike without talking. The host backend
 // has no copy-engine path: "ce" runs the push plan there (same pieces and chunks).
 bool ce_kind(int kind) { return kind == coll::kAllGather || kind == coll::kBroadcast || kind == coll::kAllToAll; }
-// The zero-copy path (coll_zero_copy.cpp) serves the same kinds: pieces that only move.
-bool zc_kind(int kind) { return ce_kind(kind); }
+// The zero-copy path (coll_zero_copy.cpp): the moving kinds write the peers' recvbufs, the
+// reducing kinds read the peers' sendbufs; all_to_all_v has none.
+bool zc_kind(int kind) { return kind != coll::kAllToAllV; }
 
-// Bytes of recvbuf a call writes on this rank (the kinds with a zero-copy path).
-size_t recv_bytes(const coll::CollDesc& d) {
-  return (d.kind == coll::kBroadcast ? 1 : size_t(d.world)) * d.count * d.elem;
+// The buffer whose window the zero-copy path uses, and its bytes on this rank: recvbuf for the
+// moving kinds, sendbuf for the reducing ones.
+// Auto selection of the reducing kinds' pull (reads of the peers' sendbufs through the window):
+// from pieces of this many bytes. 2x H200, bf16, graph, us push / pull / NCCL best (session 11
+// call 6): reduce_scatter 16 MB 35.4 / 38.1 / 49.0, 64 MB 134.9 / 114.4 / 165.1, 256 MB 498.4 /
+// 414.2 / 590.7 (pieces: half); reduce 64 MB 187.3 / 196.0 / 197.0, 256 MB 752.6 / 733.1 / 738.1,
+// 128 MB: call 7 (benchmarks/results/2026-11-26-h200x2.md).
+size_t pull_min(int kind) { return kind == coll::kReduceScatter ? size_t(32) << 20 : size_t(128) << 20; }
+
+const void* zc_buffer(const coll::CollDesc& d, const void* src, const void* dst, size_t* bytes) {
+  const bool whole = d.kind == coll::kBroadcast || d.kind == coll::kReduce;
+  *bytes = (whole ? 1 : size_t(d.world)) * d.count * d.elem;
+  return coll::reducing(d.kind) ? src : dst;
 }
 
-// Zero-copy: recvbuf in a registered window (peerlink/windows.h) that every rank mapped; the
-// window contract makes this choice the same on every rank. Auto takes it from
-// Options::coll_zero_copy_min bytes per piece (UNMEASURED until the 2x H200 sweep).
+// Zero-copy: recvbuf (moving kinds) or sendbuf (reducing kinds) in a registered window
+// (peerlink/windows.h) that every rank mapped; the window contract makes this choice the same on
+// every rank. Auto takes it for the moving kinds from Options::coll_zero_copy_min bytes per piece
+// (measured: options.h), for the reducing kinds from pull_min() (0 = never, for both).
 CollAlgo choose(const coll::CollState& st, const Call& c, const coll::Window* w) {
   const Options& o = st.svc->options();
   CollAlgo forced = parse_coll_algo(algo_field(o, c.d.kind));
@@ -96,16 +108,19 @@ CollAlgo choose(const coll::CollState& st, const Call& c, const coll::Window* w)
   const bool zc_ok = w && w->zero_copy && zc_kind(c.d.kind) && st.world >= 2;
   if (forced == CollAlgo::ZeroCopy) {
     if (!zc_kind(c.d.kind))
-      throw InvalidArgument(cat(c.name, ": zero_copy forced (Options) but only all_gather, all_to_all and broadcast "
-                                "have a zero-copy path"));
+      throw InvalidArgument(cat(c.name, ": zero_copy forced (Options) but all_to_all_v has no zero-copy path"));
     if (st.world < 2) return CollAlgo::Push;
-    if (!zc_ok)
-      throw InvalidArgument(cat(c.name, ": zero_copy forced (Options) but recvbuf ", c.dst, " (", recv_bytes(c.d),
-                                " bytes) is not inside a window every rank registered and exported "
+    if (!zc_ok) {
+      size_t bytes = 0;
+      const void* b = zc_buffer(c.d, c.src, c.dst, &bytes);
+      throw InvalidArgument(cat(c.name, ": zero_copy forced (Options) but ", coll::reducing(c.d.kind) ? "sendbuf " : "recvbuf ",
+                                b, " (", bytes, " bytes) is not inside a window every rank registered and exported "
                                 "(peerlink::register_window)"));
+    }
     return CollAlgo::ZeroCopy;
   }
-  if (forced == CollAlgo::Auto && zc_ok && o.coll_zero_copy_min > 0 && piece_bytes >= o.coll_zero_copy_min)
+  if (forced == CollAlgo::Auto && zc_ok && o.coll_zero_copy_min > 0 &&
+      piece_bytes >= (coll::reducing(c.d.kind) ? pull_min(c.d.kind) : o.coll_zero_copy_min))
     return CollAlgo::ZeroCopy;
   // An empty piece still sends a token line: LL needs an LL area (allreduce_ll_max > 0).
   if (forced == CollAlgo::LL) {
@@ -156,7 +171,7 @@ void device_run(coll::CollState& st, const Call& c, CollAlgo algo, const coll::W
   // Stream ordering across calls on different streams: as allreduce (allreduce.cpp).
   const bool capturing = gpu::stream_is_capturing(stream);
   if (!capturing && st.event_valid && stream != st.last_stream) gpu::stream_wait_event(stream, st.order_event);
-  if (algo == CollAlgo::ZeroCopy) coll::zc_collective(st, c.d, *w, c.src, c.dst, stream);
+  if (algo == CollAlgo::ZeroCopy) coll::zc_collective(st, c.d, a.dtype, a.op, *w, c.src, c.dst, stream);
   else if (algo == CollAlgo::CopyEngine) coll::ce_collective(st, c.d, a.dtype, a.op, c.src, c.dst, stream);
   else coll::launch_collective(L, stream);
   if (!capturing) {
@@ -173,14 +188,17 @@ void run(Communicator& comm, Call& c, void* stream) {
   coll::check_collective_error(st);
   c.d.rank = st.rank;
   c.d.world = st.world;
-  const coll::Window* w = zc_kind(c.d.kind) && c.dst ? st.windows.find(c.dst, recv_bytes(c.d)) : nullptr;
+  size_t zc_bytes = 0;
+  const void* zc_buf = zc_buffer(c.d, c.src, c.dst, &zc_bytes);
+  const coll::Window* w = zc_kind(c.d.kind) && zc_buf ? st.windows.find(zc_buf, zc_bytes) : nullptr;
   CollAlgo algo = choose(st, c, w);
   // Nothing moves, on any rank (counts are equal everywhere); all_to_all_v always runs (a rank
   // with nothing to move still takes part in the others' steps).
   if (c.d.kind != coll::kAllToAllV && c.d.count == 0) return;
   if (!st.host) return device_run(st, c, algo, w, stream);
   try {
-    if (algo == CollAlgo::ZeroCopy) coll::zc_collective(st, c.d, *w, c.src, c.dst, nullptr);
+    if (algo == CollAlgo::ZeroCopy)
+      coll::zc_collective(st, c.d, static_cast<int>(c.dtype), static_cast<int>(c.op), *w, c.src, c.dst, nullptr);
     else
       coll::host_collective(st, c.d, static_cast<int>(c.dtype), static_cast<int>(c.op), c.src, c.dst,
                             algo == CollAlgo::LL);
