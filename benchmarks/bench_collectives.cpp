@@ -40,9 +40,11 @@ const char* kUsage =
     "usage: bench_collectives --op all_gather|reduce_scatter|broadcast|reduce|alltoall [-b MIN] [-e MAX]\n"
     "  [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-G 0|1] [-d float|half|bfloat16|double|int32|int64]\n"
     "  [-o sum|prod|max|min] [-r ROOT] [-g NRANKS] [--gpus D0,D1,..] [--time-limit S] [--nccl 0|1] [--threads]\n"
-    "  [--pl-register 0|1]\n"
+    "  [--pl-register 0|1] [--pl-plain 0|1]\n"
     "  (--nccl 0: peerlink only, no NCCL communicator; --pl-register 0: no peerlink-reg column (peerlink's\n"
-    "  buffers registered as windows); PEERLINK_* variables choose the algorithms;\n"
+    "  buffers registered as windows); --pl-plain 0: no plain peerlink column (e.g. with\n"
+    "  PEERLINK_<OP>_ALGO=zero_copy, which refuses buffers outside windows); PEERLINK_* variables choose\n"
+    "  the algorithms;\n"
     "  --threads: the ranks as threads of one process, the single-GPU stand-in with --gpus 0,0)\n";
 bool g_nccl = true;  // --nccl
 
@@ -75,6 +77,7 @@ Config parse(int argc, char** argv) {
     else if (a.flag("--nccl")) g_nccl = bench::parse_int("--nccl", a.value(), 0, 1) != 0;
     else if (a.flag("--threads")) c.threads = true;
     else if (a.flag("--pl-register")) c.pl_register = bench::parse_int("--pl-register", a.value(), 0, 1) != 0;
+    else if (a.flag("--pl-plain")) c.pl_plain = bench::parse_int("--pl-plain", a.value(), 0, 1) != 0;
     else if (a.flag("--time-limit")) c.time_limit_s = static_cast<int>(bench::parse_int("--time-limit", a.value(), 1, 86400));
     else if (a.flag("-h", "--help")) {
       std::fputs(kUsage, stdout);
@@ -266,9 +269,11 @@ void set_pl_registered(const Config& c, peerlink::Communicator& comm, const Impl
     reg.begin(max_bytes, max_bytes);
     const bool zc = peerlink::window_zero_copy(comm, p.recv, max_bytes);
     reg.end();
-    reg.note = zc ? "zero-copy capable; auto from " + std::to_string(comm.options().coll_zero_copy_min) +
-                        "-byte pieces (PEERLINK_COLL_ZERO_COPY_MIN)"
-                  : "NOT zero-copy capable: runs as peerlink";
+    const bool pull = c.op == Coll::Reduce || c.op == Coll::ReduceScatter;
+    reg.note = !zc ? "NOT zero-copy capable: runs as peerlink"
+               : pull ? "zero-copy capable; reduce / reduce_scatter pull from 128 / 32 MB pieces"
+                      : "zero-copy capable; auto from " + std::to_string(comm.options().coll_zero_copy_min) +
+                            "-byte pieces (PEERLINK_COLL_ZERO_COPY_MIN)";
   } catch (const std::exception& e) {
     try {
       reg.end();
@@ -313,6 +318,10 @@ int run_rank(const Config& c, const std::string& uid, int rank, const std::vecto
     p.after_sync = [&comm] { peerlink::allreduce_check(comm); };
   }
   set_pl_registered(c, comm, impls[0], impls[1], max_bytes);
+  if (!c.pl_plain) {  // its buffers stay: the registered column (and NCCL) use them
+    impls[0].available = false;
+    impls[0].why = "--pl-plain 0";
+  }
   std::unique_ptr<NcclSide> nccl;
   if (g_nccl) {
     nccl = std::make_unique<NcclSide>(c, comm, devs, impls[0].send, impls[0].recv, max_bytes, impls[2], impls[3]);

@@ -31,6 +31,7 @@ struct Config {
   int time_limit_s = 900;
   bool threads = false;  // --threads: the ranks as threads of one process (launch.h thread_ranks)
   bool pl_register = true;  // --pl-register: the peerlink-reg column
+  bool pl_plain = true;     // --pl-plain: the plain peerlink column
 };
 
 // One implementation: run(count) issues one collective of the current size on `stream` with its

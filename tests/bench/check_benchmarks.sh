@@ -149,6 +149,15 @@ if run "bench_collectives --pl-register 0" 0 "$BIN/bench_collectives" --op all_g
     bad "bench_collectives --pl-register 0 output"
   fi
 fi
+# reduce pulling the peers' sendbufs through windows (forced): only the registered column can run.
+if run "bench_collectives --op reduce, forced zero-copy, --pl-plain 0" 0 env PEERLINK_REDUCE_ALGO=zero_copy \
+     "$BIN/bench_collectives" --op reduce --gpus -1,-1 -b 8 -e 64K -f 32 -n 3 -w 1 -d float -o max -r 1 --pl-plain 0; then
+  if has '^# peerlink +: unavailable \(--pl-plain 0\)' && has 'Out of bounds values : 0 OK'; then
+    ok "bench_collectives --op reduce, forced zero-copy, --pl-plain 0"
+  else
+    bad "bench_collectives --op reduce, forced zero-copy, --pl-plain 0 output"
+  fi
+fi
 run "bench_collectives --op bad is refused" 1 "$BIN/bench_collectives" --op allreduce && ok "bench_collectives --op bad is refused"
 run "bench_collectives --pl-register bad is refused" 1 "$BIN/bench_collectives" --pl-register 2 &&
   ok "bench_collectives --pl-register bad is refused"

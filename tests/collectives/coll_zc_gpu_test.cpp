@@ -32,7 +32,7 @@ namespace gpu = peerlink::gpu;
 
 Options zc_opts() {
   Options o = Options::from_env();
-  o.all_gather_algo = o.all_to_all_algo = o.broadcast_algo = "zero_copy";
+  o.all_gather_algo = o.all_to_all_algo = o.broadcast_algo = o.reduce_algo = o.reduce_scatter_algo = "zero_copy";
   o.timeout = std::chrono::milliseconds(60000);
   return o;
 }
@@ -93,10 +93,15 @@ struct Case {
   Kind k;
   bool in_place;
   int root;
+  ReduceOp op = ReduceOp::Sum;
 };
-const std::vector<Case> kCases = {{Kind::AllGather, false, 0}, {Kind::AllGather, true, 0}, {Kind::AllToAll, false, 0},
-                                  {Kind::Broadcast, false, 0}, {Kind::Broadcast, true, 0}, {Kind::Broadcast, false, 1},
-                                  {Kind::Broadcast, true, 1}};
+// The reducing kinds read the peers' sendbufs through the window (harness buffers are all in it).
+const std::vector<Case> kCases = {{Kind::AllGather, false, 0},         {Kind::AllGather, true, 0},
+                                  {Kind::AllToAll, false, 0},          {Kind::Broadcast, false, 0},
+                                  {Kind::Broadcast, true, 0},          {Kind::Broadcast, false, 1},
+                                  {Kind::Broadcast, true, 1},          {Kind::Reduce, false, 0, ReduceOp::Sum},
+                                  {Kind::Reduce, true, 1, ReduceOp::Max}, {Kind::ReduceScatter, false, 0, ReduceOp::Sum},
+                                  {Kind::ReduceScatter, true, 0, ReduceOp::Min}};
 
 TEST(CollZcGpu, ForcedZeroCopyEveryKindTypeAndSize) {
   REQUIRE_GPUS();
@@ -128,7 +133,7 @@ TEST(CollZcGpu, ForcedZeroCopyEveryKindTypeAndSize) {
             std::string what = std::string(kind_name(k.k)) + " zero-copy " + (from_comm ? "comm.alloc" : "device::alloc") +
                                " window " + peerlink::to_string(t) + " count " + std::to_string(m) + " world " +
                                std::to_string(world) + " root " + std::to_string(root) + (k.in_place ? " in place" : "");
-            hashes.put(rank, c, run_case(comm, mem, k.k, t, ReduceOp::Sum, m, root, k.in_place, 47000 + c, what));
+            hashes.put(rank, c, run_case(comm, mem, k.k, t, k.op, m, root, k.in_place, 47000 + c, what));
             MP_CHECK_MSG(top == 0, what << ": buffers not released");
             ++c;
           }

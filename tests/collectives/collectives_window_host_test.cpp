@@ -1,4 +1,4 @@
-// The zero-copy data path of all_gather, all_to_all and broadcast over registered windows
+// The zero-copy data path of all_gather, all_to_all, broadcast, reduce and reduce_scatter over registered windows
 // (peerlink/windows.h) on the host backend, one process per rank: forced and automatic zero-copy
 // on windows over Communicator::alloc memory (a window at an offset inside a larger allocation,
 // recvbufs at offsets inside it, one window per buffer), byte-exact results and guard bytes
@@ -97,10 +97,12 @@ Mem per_buffer_mem(Communicator& comm, std::map<void*, uint64_t>& ids, std::stri
 
 enum class How { Arena, PerBuffer };
 
-// all_gather, all_to_all, broadcast x dtypes x counts; every third case in place, every root.
+// all_gather, all_to_all, broadcast (recvbuf in the window: pushes), reduce and reduce_scatter
+// (sendbuf in the window: pulls; every op) x dtypes x counts; every third case in place, every root.
 void sweep(int world, const Options& o, How how, const std::vector<size_t>& counts, const char* tag) {
   const DataType types[] = {DataType::BF16, DataType::I32, DataType::F64};
-  const Kind kinds[] = {Kind::AllGather, Kind::AllToAll, Kind::Broadcast};
+  const Kind kinds[] = {Kind::AllGather, Kind::AllToAll, Kind::Broadcast, Kind::Reduce, Kind::ReduceScatter};
+  const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod};
   const int cases = int(std::size(kinds) * std::size(types) * counts.size());
   HashTable hashes(world, cases);
   std::string uid = unique_test_id(std::string("cowin-") + tag);
@@ -124,7 +126,9 @@ void sweep(int world, const Options& o, How how, const std::vector<size_t>& coun
           std::string what = std::string(kind_name(k)) + " " + tag + " " + peerlink::to_string(t) + " count " +
                              std::to_string(n) + " world " + std::to_string(world) + " root " + std::to_string(root) +
                              (in_place ? " in place" : "");
-          hashes.put(rank, c, run_case(comm, mem, k, t, ReduceOp::Sum, n, root, in_place, 9100 + c, what));
+          const ReduceOp op = is_reducing(k) ? ops[c % 4] : ReduceOp::Sum;
+          hashes.put(rank, c, run_case(comm, mem, k, t, op, n, root, in_place, 9100 + c,
+                                       what + " " + peerlink::to_string(op)));
           MP_CHECK_MSG(err.empty(), what << ": " << err);
           ++c;
         }
