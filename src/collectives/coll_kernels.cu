@@ -340,18 +340,15 @@ void launch_ce_reduce(const CeReduceArgs& r, void* stream) {
     throw InvalidArgument(common::cat("collective copy-engine reduce: ", r.nin, " inputs, ", r.blocks, " blocks, ",
                                       r.per_block, " elements per block"));
   DevStream st = static_cast<DevStream>(stream);
+  bool known_op = true;
   bool known = with_type(r.dtype, [&](auto t) {
-    using T = decltype(t);
-    auto go = [&](auto kernel) { gpu::dev::launch(kernel, unsigned(r.blocks), 512u, st, false, r); };
-    switch (r.op) {
-      case kOpSum: return go(coll_ce_reduce_kernel<T, kOpSum>);
-      case kOpMax: return go(coll_ce_reduce_kernel<T, kOpMax>);
-      case kOpMin: return go(coll_ce_reduce_kernel<T, kOpMin>);
-      case kOpProd: return go(coll_ce_reduce_kernel<T, kOpProd>);
-    }
-    throw InvalidArgument(common::cat("collective copy-engine reduce: unknown reduce op code ", r.op));
+    known_op = with_op(r.op, [&](auto op) {
+      gpu::dev::launch(coll_ce_reduce_kernel<decltype(t), decltype(op)::value>, unsigned(r.blocks), 512u, st, false, r);
+    });
   });
-  if (!known) throw InvalidArgument(common::cat("collective copy-engine reduce: unknown dtype code ", r.dtype));
+  if (!known || !known_op)
+    throw InvalidArgument(common::cat("collective copy-engine reduce: unknown dtype code ", r.dtype, " or op code ",
+                                      r.op));
   gpu::dev::check_launch("collective copy-engine reduce launch");
 }
 

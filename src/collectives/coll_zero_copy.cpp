@@ -119,20 +119,16 @@ std::string plan_pull(const CollDesc& d, const Window& w, const char* src, char*
 
 // out = op over ins[0..n) in rank order (host backend).
 void host_reduce(int dtype, int op, const Pull& pl, int n) {
+  bool known_op = true;
   bool known = with_type(dtype, [&](auto t) {
     using T = decltype(t);
     const T* in[kMaxRanks];
     for (int r = 0; r < n; ++r) in[r] = reinterpret_cast<const T*>(pl.ins[r]);
     T* out = reinterpret_cast<T*>(pl.out);
-    switch (op) {
-      case kOpSum: return reduce_elems<T, kOpSum>(in, n, &out, 1, pl.count);
-      case kOpMax: return reduce_elems<T, kOpMax>(in, n, &out, 1, pl.count);
-      case kOpMin: return reduce_elems<T, kOpMin>(in, n, &out, 1, pl.count);
-      case kOpProd: return reduce_elems<T, kOpProd>(in, n, &out, 1, pl.count);
-    }
-    throw InvalidArgument(cat("zero-copy collective: unknown reduce op code ", op));
+    known_op = with_op(op, [&](auto o) { reduce_elems<T, decltype(o)::value>(in, n, &out, 1, pl.count); });
   });
-  if (!known) throw InvalidArgument(cat("zero-copy collective: unknown dtype code ", dtype));
+  if (!known || !known_op)
+    throw InvalidArgument(cat("zero-copy collective: unknown dtype code ", dtype, " or op code ", op));
 }
 
 // `bad`: this rank's own pushes would leave a peer's window; it still takes part in the entry step

@@ -3,6 +3,7 @@
 // once; integers wrap (computed in unsigned arithmetic, no signed-overflow UB).
 // Half conversions are written out bitwise so that no vendor half header is needed.
 #pragma once
+#include <type_traits>
 #include <cstdint>
 #include <cstring>
 
@@ -133,6 +134,19 @@ inline bool with_type(int code, F&& f) {
     case kF64: f(double{}); return true;
     case kI32: f(int32_t{}); return true;
     case kI64: f(int64_t{}); return true;
+  }
+  return false;
+}
+
+// Calls f(std::integral_constant<int, Op>{}) for the op code `code`; returns false for an unknown
+// code.
+template <typename F>
+inline bool with_op(int code, F&& f) {
+  switch (code) {
+    case kOpSum: f(std::integral_constant<int, kOpSum>{}); return true;
+    case kOpMax: f(std::integral_constant<int, kOpMax>{}); return true;
+    case kOpMin: f(std::integral_constant<int, kOpMin>{}); return true;
+    case kOpProd: f(std::integral_constant<int, kOpProd>{}); return true;
   }
   return false;
 }
