@@ -10,7 +10,7 @@
 #include <string>
 
 #include "collectives/layout.h"
-#include "collectives/windows.h"
+#include "collectives/window_table.h"
 #include "gpu/backend.h"
 #include "gpu/owners.h"
 

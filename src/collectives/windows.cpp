@@ -19,26 +19,6 @@ namespace coll {
 
 static_assert(sizeof(WindowRecord) <= Communicator::kMaxAllgatherBytes, "allgather slot");
 
-PeerMapping& PeerMapping::operator=(PeerMapping&& o) noexcept {
-  if (this != &o) {
-    reset();
-    svc_ = o.svc_;
-    peer_ = o.peer_;
-    h_ = o.h_;
-    o.svc_ = nullptr;
-  }
-  return *this;
-}
-
-void PeerMapping::reset() noexcept {
-  if (!svc_) return;
-  try {
-    svc_->release_peer_memory(peer_, h_);
-  } catch (...) {  // teardown: a failed unmap must not stop the others
-  }
-  svc_ = nullptr;
-}
-
 namespace {
 
 using common::cat;

@@ -1,5 +1,6 @@
-// Registered windows of one communicator (peerlink/windows.h): this rank's range and every peer's
-// range mapped here, owned by the collectives state (coll_state.h) and released with it.
+// The registered windows of one communicator (peerlink/windows.h; registration in windows.cpp):
+// this rank's range and every peer's range mapped here, owned by the collectives state
+// (coll_state.h) and released with it.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -1,0 +1,28 @@
+// PeerMapping (window_table.h): a peer's range mapped here, released through the transport.
+#include "collectives/window_table.h"
+
+#include "transport/services.h"
+
+namespace peerlink::coll {
+
+PeerMapping& PeerMapping::operator=(PeerMapping&& o) noexcept {
+  if (this != &o) {
+    reset();
+    svc_ = o.svc_;
+    peer_ = o.peer_;
+    h_ = o.h_;
+    o.svc_ = nullptr;
+  }
+  return *this;
+}
+
+void PeerMapping::reset() noexcept {
+  if (!svc_) return;
+  try {
+    svc_->release_peer_memory(peer_, h_);
+  } catch (...) {  // teardown: a failed unmap must not stop the others
+  }
+  svc_ = nullptr;
+}
+
+}  // namespace peerlink::coll
