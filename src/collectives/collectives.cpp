@@ -82,8 +82,6 @@ bool ce_kind(int kind) { return kind == coll::kAllGather || kind == coll::kBroad
 // reducing kinds read the peers' sendbufs; all_to_all_v has none.
 bool zc_kind(int kind) { return kind != coll::kAllToAllV; }
 
-// The buffer whose window the zero-copy path uses, and its bytes on this rank: recvbuf for the
-// moving kinds, sendbuf for the reducing ones.
 // Auto selection of the reducing kinds' pull (reads of the peers' sendbufs through the window):
 // from pieces of this many bytes. 2x H200, bf16, graph, us push / pull / NCCL best (session 11
 // call 6): reduce_scatter 16 MB 35.4 / 38.1 / 49.0, 64 MB 134.9 / 114.4 / 165.1, 256 MB 498.4 /
@@ -91,6 +89,8 @@ bool zc_kind(int kind) { return kind != coll::kAllToAllV; }
 // 128 MB: call 7 (benchmarks/results/2026-11-26-h200x2.md).
 size_t pull_min(int kind) { return kind == coll::kReduceScatter ? size_t(32) << 20 : size_t(128) << 20; }
 
+// The buffer whose window the zero-copy path uses, and its bytes on this rank: recvbuf for the
+// moving kinds, sendbuf for the reducing ones.
 const void* zc_buffer(const coll::CollDesc& d, const void* src, const void* dst, size_t* bytes) {
   const bool whole = d.kind == coll::kBroadcast || d.kind == coll::kReduce;
   *bytes = (whole ? 1 : size_t(d.world)) * d.count * d.elem;
