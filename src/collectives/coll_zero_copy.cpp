@@ -1,9 +1,10 @@
-// Zero-copy path of all_gather, all_to_all and broadcast (CollAlgo::ZeroCopy): when recvbuf lies
-// in a registered window (windows.cpp) on every rank at the same offset, each rank copies its
-// outgoing pieces straight into the peers' recvbufs, no staging through the scratch of layout.h:
-// one crossing of the link per byte and no receiver-side copy.
+// Zero-copy path (CollAlgo::ZeroCopy), no staging through the scratch of layout.h: one crossing of
+// the link per byte and no receiver-side copy. all_gather, all_to_all and broadcast push: recvbuf
+// lies in a registered window (windows.cpp) on every rank at the same offset, and each rank copies
+// its outgoing pieces straight into the peers' recvbufs. reduce and reduce_scatter pull: sendbuf
+// lies in the window, and the reducing rank reads every peer's sendbuf in place.
 //
-//   user stream A:  zc step (entry) | copy kernel (pushes + own piece) | ce step (exit)
+//   user stream A:  zc step (entry) | copy kernel (pushes + own piece) or pull kernel | ce step (exit)
 // or, with Options::coll_zero_copy_ce, copy engines: the pushes split over the lanes (forked from
 // A and joined back as in coll_ce.cpp) and the own piece on ce_streams[0], joined before the exit.
 //
@@ -14,7 +15,8 @@
 // GPU: the kernel records kErrWindowMismatch, the copies already enqueued still run but stay inside
 // the windows, and the next call throws). Exit: a rank signals after its pushes have landed (the
 // step kernel starts after the joined copies completed) and leaves once every peer's pushes into
-// its recvbuf have landed. Graph capture: fixed addresses, sequence numbers on the device, lanes
+// its recvbuf have landed (a pulling rank signals once its reads are done, so a peer's sendbuf is
+// free again after the exit step). Graph capture: fixed addresses, sequence numbers on the device, lanes
 // forked and joined by events as in coll_ce.cpp.
 #include <algorithm>
 #include <cstring>
@@ -47,7 +49,7 @@ uint64_t mix(uint64_t h, uint64_t v) {
   return h;
 }
 
-// What every rank must agree on: the window, recvbuf's offset in it and the call's shape.
+// What every rank must agree on: the window, the window buffer's offset in it and the call's shape.
 uint64_t call_tag(const CollDesc& d, const Window& w, size_t dst_off) {
   uint64_t h = mix(0x504c5a43ull, w.id);
   h = mix(h, dst_off);
@@ -176,7 +178,7 @@ void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, 
   const bool own_copy = own.bytes && own.to != own.from;
   gpu::Stream A = stream;
   launch_zc_step(a, tag, A);
-  if (pull.count) {  // the reduction kernel of the copy-engine path, reading the peers in place
+  if (pull.count) {  // the pull kernel reads the peers' sendbufs in place (zc_kernels.cu)
     CeReduceArgs ra;
     for (int r = 0; r < st.world; ++r) ra.ins[r] = pull.ins[r];
     ra.nin = st.world;
