@@ -69,13 +69,8 @@ CollState::~CollState() {
   } catch (...) {
   }
   try {
-    if (!host && event_valid) {
-      // No kernel may still use the buffers we are about to free (bounded: a wedged peer). The
-      // event was recorded right after our last launch; the stream itself may be gone by now.
-      auto end = std::chrono::steady_clock::now() + svc->options().timeout;
-      while (!gpu::event_query(order_event) && std::chrono::steady_clock::now() < end)
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    // No kernel may still use the buffers we are about to free (bounded: a wedged peer).
+    wait_last_launch(*this);
   } catch (...) {
   }
   windows.wins.clear();  // the peers' windows, unmapped on this device (PeerMapping)
@@ -96,6 +91,17 @@ CollState::~CollState() {
     if (host && flags[rank]) svc->backend().free(flags[rank]);  // GPU: flags_mem frees it
   } catch (...) {
   }
+}
+
+bool wait_last_launch(const CollState& st) {
+  if (st.host || !st.event_valid) return true;
+  // The event was recorded right after the last launch; its stream itself may be gone by now.
+  const auto end = std::chrono::steady_clock::now() + st.svc->options().timeout;
+  while (!gpu::event_query(st.order_event)) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  return true;
 }
 
 CollState* coll_state_if_set(Communicator& comm) {

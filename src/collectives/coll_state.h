@@ -71,6 +71,11 @@ struct CollState {
 
 // The communicator's state, set up on first use (collective).
 CollState& coll_state(Communicator& comm);
+// Waits (bounded by Options::timeout, polling every 50 us) until the last collective this rank
+// launched (order_event) finished on the device; false when the bound ran out. True at once on the
+// host backend or before any launch.
+bool wait_last_launch(const CollState& st);
+
 // The state if some call already set it up, else nullptr (never collective).
 CollState* coll_state_if_set(Communicator& comm);
 

@@ -2,10 +2,7 @@
 // its range, the records travel through the bootstrap allgather (untrusted: window_record.h), and
 // each rank maps the others' ranges once. The zero-copy collectives that use them are in
 // coll_zero_copy.cpp.
-#include <chrono>
-#include <cstring>
 #include <memory>
-#include <thread>
 
 #include "collectives/coll_state.h"
 #include "collectives/window_record.h"
@@ -19,24 +16,6 @@ namespace coll {
 
 static_assert(sizeof(WindowRecord) <= Communicator::kMaxAllgatherBytes, "allgather slot");
 
-namespace {
-
-using common::cat;
-
-// Waits (bounded) until the last collective this rank enqueued has finished on the device: it may
-// still write the peers' windows through the mappings about to be closed.
-void wait_last_launch(CollState& st) {
-  if (st.host || !st.event_valid) return;
-  auto end = std::chrono::steady_clock::now() + st.svc->options().timeout;
-  while (!gpu::event_query(st.order_event)) {
-    if (std::chrono::steady_clock::now() > end)
-      throw TimeoutError(cat("deregister_window (rank ", st.rank, "): the last collective did not finish within ",
-                             st.svc->options().timeout.count(), " ms"));
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-}
-
-}  // namespace
 }  // namespace coll
 
 uint64_t register_window(Communicator& comm, void* ptr, size_t bytes) {
@@ -121,7 +100,10 @@ void deregister_window(Communicator& comm, uint64_t id) {
   for (auto it = wins.begin(); it != wins.end(); ++it) {
     if (it->id != id) continue;
     gpu::DeviceGuard dg(st->host ? -1 : st->device);
-    coll::wait_last_launch(*st);
+    // The last collective may still write the peers' windows through the mappings about to close.
+    if (!coll::wait_last_launch(*st))
+      throw TimeoutError(common::cat("deregister_window (rank ", st->rank, "): the last collective did not finish "
+                                     "within ", st->svc->options().timeout.count(), " ms"));
     wins.erase(it);  // PeerMapping releases the peers' ranges
     return;
   }
