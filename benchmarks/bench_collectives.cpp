@@ -1,8 +1,9 @@
 // bench_collectives: nccl-tests style benchmark of all_gather, reduce_scatter, broadcast, reduce and
 // all-to-all, peerlink and NCCL side by side in the same forked ranks: peerlink on plain buffers,
 // peerlink on the same buffers registered as windows (peerlink::register_window once per size,
-// deregistered after it: all_gather, all_to_all and broadcast may then take the zero-copy path,
-// peerlink/windows.h; --pl-register 0 leaves that column out), plain NCCL (same buffers as
+// deregistered after it: all_gather, all_to_all, broadcast, reduce and reduce_scatter may then
+// take the zero-copy path, peerlink/windows.h; --pl-register 0 leaves that column out), plain NCCL
+// (same buffers as
 // peerlink) and NCCL on ncclMemAlloc buffers registered with ncclCommWindowRegister
 // (NCCL_WIN_COLL_SYMMETRIC, NCCL >= 2.27: its symmetric kernels, nccl-tests -R 2). NCCL is loaded
 // with dlopen when present (GPU machines); on the host backend only peerlink runs.
@@ -271,7 +272,7 @@ void set_pl_registered(const Config& c, peerlink::Communicator& comm, const Impl
     reg.end();
     const bool pull = c.op == Coll::Reduce || c.op == Coll::ReduceScatter;
     reg.note = !zc ? "NOT zero-copy capable: runs as peerlink"
-               : pull ? "zero-copy capable; reduce / reduce_scatter pull from 128 / 32 MB pieces"
+               : pull ? "zero-copy capable; the pull's auto threshold is the library's (README, windows)"
                       : "zero-copy capable; auto from " + std::to_string(comm.options().coll_zero_copy_min) +
                             "-byte pieces (PEERLINK_COLL_ZERO_COPY_MIN)";
   } catch (const std::exception& e) {
