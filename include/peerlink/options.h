@@ -179,6 +179,14 @@ struct Options {
   // on 2x H200 (2026-11-23, with PDL): 3.75 against 4.46 us one-way at 8 B, 3.79 / 4.39 at 512 B.
   bool stream_acquire_load = true;
   int stream_ce_lanes = 2;  // copy-engine lanes (forked streams) of that path (PEERLINK_STREAM_CE_LANES, [1, 4])
+  // NCCL-form messages of at least this many bytes (and above stream_ll_max) between two ranks of
+  // one process (nccl-tests -g 2 / -t 2, one process driving several GPUs) go zero-copy: the
+  // receiving kernel posts its buffer's address, the sender's blocks write straight into it (no
+  // staging, no per-chunk flags, no copy-out). A recv buffer the peer's GPU cannot write (VMM or
+  // memory-pool memory, another device) takes the staged path for that message. 0 = never
+  // (PEERLINK_STREAM_DIRECT_MIN, [0, 2^40]). Every rank of the pair must agree (the area header
+  // carries it).
+  size_t stream_direct_min = size_t(1) << 20;
 
   // ---- the NCCL-compatible library (src/nccl/, libnccl.so.2); the rest of the library ignores them.
   // The real NCCL to forward to (PEERLINK_NCCL_LIBRARY: a path to libnccl.so.2); "" = the usual places.

@@ -59,6 +59,7 @@ constexpr Range kStreamBlocks{"stream_blocks", "PEERLINK_STREAM_BLOCKS", 0, 1024
 constexpr Range kStreamThreads{"stream_threads", "PEERLINK_STREAM_THREADS", 0, 512};
 constexpr Range kStreamLlMax{"stream_ll_max", "PEERLINK_STREAM_LL_MAX", 0, 512LL << 10};
 constexpr Range kStreamCeMin{"stream_ce_min", "PEERLINK_STREAM_CE_MIN", 0, 1LL << 40};
+constexpr Range kStreamDirectMin{"stream_direct_min", "PEERLINK_STREAM_DIRECT_MIN", 0, 1LL << 40};
 constexpr Range kStreamCeLanes{"stream_ce_lanes", "PEERLINK_STREAM_CE_LANES", 1, 4};
 
 long long parse_int(const Range& r, const char* v) {
@@ -253,6 +254,7 @@ Options Options::from_env() {
   if (const char* v = env(kStreamThreads.var)) o.stream_threads = static_cast<int>(parse_int(kStreamThreads, v));
   if (const char* v = env(kStreamLlMax.var)) o.stream_ll_max = static_cast<size_t>(parse_int(kStreamLlMax, v));
   if (const char* v = env(kStreamCeMin.var)) o.stream_ce_min = static_cast<size_t>(parse_int(kStreamCeMin, v));
+  if (const char* v = env(kStreamDirectMin.var)) o.stream_direct_min = static_cast<size_t>(parse_int(kStreamDirectMin, v));
   if (const char* v = env("PEERLINK_STREAM_ACQUIRE_LOAD"))
     o.stream_acquire_load = parse_bool("PEERLINK_STREAM_ACQUIRE_LOAD", v);
   if (const char* v = env(kStreamCeLanes.var)) o.stream_ce_lanes = static_cast<int>(parse_int(kStreamCeLanes, v));
@@ -309,6 +311,7 @@ void Options::validate() const {
                               kStreamThreads.var, ")"));
   check_size(kStreamLlMax, stream_ll_max);
   check_size(kStreamCeMin, stream_ce_min);
+  check_size(kStreamDirectMin, stream_direct_min);
   check(kStreamCeLanes, stream_ce_lanes);
 }
 

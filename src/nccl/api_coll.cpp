@@ -63,7 +63,7 @@ PL_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, s
         p2p_send(comm, q, in + q * b, b, stream);
         p2p_recv(comm, q, out + q * b, b, stream);
       }
-      local_copy(comm, out + comm->rank * b, in + comm->rank * b, b, stream);
+      group_copy(comm, out + comm->rank * b, in + comm->rank * b, b, stream);
     });
   }
   return forward(comm, what, ncclSum, [=](const RealNccl* r, ncclComm_t rc, ncclRedOp_t) {
@@ -84,7 +84,7 @@ PL_NCCL_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, siz
       char* out = static_cast<char*>(recvbuff);
       for (int q = 0; q < comm->nranks; ++q)
         if (q != root) p2p_recv(comm, q, out + q * b, b, stream);
-      local_copy(comm, out + root * b, sendbuff, b, stream);
+      group_copy(comm, out + root * b, sendbuff, b, stream);
     });
   }
   return forward(comm, what, ncclSum, [=](const RealNccl* r, ncclComm_t rc, ncclRedOp_t) {
@@ -105,7 +105,7 @@ PL_NCCL_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, si
       const char* in = static_cast<const char*>(sendbuff);
       for (int q = 0; q < comm->nranks; ++q)
         if (q != root) p2p_send(comm, q, in + q * b, b, stream);
-      local_copy(comm, recvbuff, in + root * b, b, stream);
+      group_copy(comm, recvbuff, in + root * b, b, stream);
     });
   }
   return forward(comm, what, ncclSum, [=](const RealNccl* r, ncclComm_t rc, ncclRedOp_t) {

@@ -85,6 +85,13 @@ void local_copy(ncclComm* c, void* dst, const void* src, size_t bytes, void* str
   else device::copy_async(dst, src, bytes, stream);
 }
 
+void group_copy(ncclComm* c, void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes == 0 || dst == src) return;
+  if (c->device < 0) return local_copy(c, dst, src, bytes, stream);
+  c->pl->send(c->rank, src, bytes, stream);  // matched by the engine at the group's end (same stream)
+  c->pl->recv(c->rank, dst, bytes, stream);
+}
+
 // Send/recv of `c` with `peer`, inside the batch's peerlink group; to itself: matched FIFO here.
 void p2p_send(ncclComm* c, int peer, const void* buf, size_t bytes, void* stream) {
   if (peer != c->rank) return c->pl->send(peer, buf, bytes, stream);

@@ -44,7 +44,7 @@ class CommImpl final : public CommServices {
   std::shared_ptr<void>& upper_state(const std::string& key) override;
   // The stream engine's services (stream_bind.cpp; services.h says what they do).
   void* map_published(int peer, uint32_t buf_id, uint64_t version, size_t offset, size_t len, const char* what,
-                      std::shared_ptr<void>* hold) override;
+                      std::shared_ptr<void>* hold, bool* in_process = nullptr) override;
   uint64_t local_published_len(int peer, uint32_t buf_id, char** ptr) override;
 
   // ---- the public API (Communicator forwards here) -----------------------------------------

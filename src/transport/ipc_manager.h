@@ -30,6 +30,9 @@ class Mapping {
   ~Mapping();
   char* base() const { return base_; }
   const gpu::MemHandle& handle() const { return handle_; }
+  // The exporter is a rank of this process (verified against this process's exports, not taken
+  // from the handle): its memory is used by pointer.
+  bool in_process() const { return !owned_; }
 
  private:
   gpu::Backend& be_;

@@ -73,9 +73,10 @@ class CommServices {
   // peer's buffer buf_id published at exactly `version` (waits for it up to the timeout); *hold
   // keeps the mapping open. local_published_len: the length this rank published to peer under
   // buf_id (0: never published), *ptr its base when ptr is not null. notify_ipc_buffer: as
-  // Communicator::notify_ipc_buffer.
+  // Communicator::notify_ipc_buffer. *in_process (when not null): the buffer belongs to a rank of
+  // this process, verified against this process's own exports (a peer cannot claim it).
   virtual void* map_published(int peer, uint32_t buf_id, uint64_t version, size_t offset, size_t len,
-                              const char* what, std::shared_ptr<void>* hold) = 0;
+                              const char* what, std::shared_ptr<void>* hold, bool* in_process = nullptr) = 0;
   virtual uint64_t local_published_len(int peer, uint32_t buf_id, char** ptr) = 0;
   virtual void notify_ipc_buffer(int peer, uint32_t buf_id, void* ptr, size_t len, uint64_t version) = 0;
   virtual Path path_to(int peer) const = 0;

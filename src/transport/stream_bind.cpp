@@ -38,11 +38,12 @@ uint64_t Transport::published_len(int peer, uint32_t buf_id, char** ptr) {
 }
 
 void* CommImpl::map_published(int peer, uint32_t buf_id, uint64_t version, size_t offset, size_t len,
-                              const char* what, std::shared_ptr<void>* hold) {
+                              const char* what, std::shared_ptr<void>* hold, bool* in_process) {
   validate_peer(peer, what);
   check_open(what);
   Binding b = transport_->bind_published(peer, buf_id, version, offset, len, what);
   *hold = b.map;  // keeps the mapping open while an operation uses it
+  if (in_process) *in_process = b.map && b.map->in_process();
   return b.ptr + offset;
 }
 

@@ -15,6 +15,8 @@
 
 namespace peerlink::detail {
 
+static_assert(int(StreamOpKind::LocalCopy) == stream::kChLocalCopy, "a LocalCopy op's channel kind is its op kind");
+
 using common::cat;
 using namespace peerlink::stream;
 
@@ -92,10 +94,12 @@ void StreamEngine::reap_inflight(bool wait_all) {
 //   published send   one block per kPubBytesPerBlock of its largest message (kLLPiece for an LL
 //                    message: each block writes one pass of lines), each message split across all
 //                    of them, up to the channel cap;
+//   local copy       one block per kLocalBytesPerBlock of its ops (a send to this rank itself);
 //   published recv   one block (flags only), or one per kLLPiece of an LL message when it is the
 //                    channel's only op in the launch (the blocks read and zero their own lines);
 //   NCCL form        one block per staging chunk or LL piece of its messages, up to the cap (blocks
-//                    take whole chunks round robin; more than the chunk count would idle).
+//                    take whole chunks round robin; more than the chunk count would idle); a
+//                    zero-copy recv counts one (block 0 waits for it, the others skip it).
 // The grid stays within one block per multiprocessor (all resident: stream_launch.h): the largest
 // channels give blocks back until it fits. Recv channels come first in the grid (they post credits
 // and flags that the peer's sends wait for).
@@ -113,15 +117,20 @@ void StreamEngine::assign_blocks(StreamLaunch& L) const {
         mx = std::max<uint64_t>(mx, (len + per - 1) / per);
       }
       w = mx;
+    } else if (ch.kind == kChLocalCopy) {
+      uint64_t bytes = 0;
+      for (int i = 0; i < ch.nops; ++i) bytes += L.ops[ch.first_op + i].len;
+      w = (bytes + kLocalBytesPerBlock - 1) / kLocalBytesPerBlock;
     } else if (ch.kind == int(StreamOpKind::RecvPub)) {
       const uint64_t len = L.ops[ch.first_op].len;
       if (ch.nops == 1 && is_ll(len, ll_max_)) w = (len + kLLPiece - 1) / kLLPiece;
     } else {
       w = 0;
       for (int i = 0; i < ch.nops; ++i) {
-        const uint64_t len = L.ops[ch.first_op + i].len;
-        const uint64_t piece = is_ll(len, ll_max_) ? kLLPiece : chunk_;
-        w += len ? (len + piece - 1) / piece : 1;
+        const DevOp& op = L.ops[ch.first_op + i];
+        const uint64_t piece = is_ll(op.len, ll_max_) ? kLLPiece : chunk_;
+        // A zero-copy recv is one block's wait (stream_direct_device.h): its chunks are never staged.
+        w += (op.flags & kOpDirectOk) ? 1 : op.len ? (op.len + piece - 1) / piece : 1;
       }
     }
     want[size_t(c)] = int(std::max<uint64_t>(1, std::min(w, cap)));
@@ -172,6 +181,7 @@ void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
     L.ll_max = ll_max_;
     L.ll_slot = pub_ll_slot_bytes(ll_max_);
     L.staging_off = staging_offset(true, ll_max_);
+    L.direct_min = direct_min_;
     // Channels in order of first appearance; each channel's ops contiguous, in call order.
     std::vector<const StreamOp*> mine;
     for (const StreamOp& op : ops)
@@ -190,8 +200,11 @@ void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
       ch.kind = int16_t(head.kind);
       ch.peer = int16_t(head.peer);
       ch.first_op = int16_t(nops);
-      ch.mine = this->mine(head.peer);
-      ch.remote = remote_[head.peer];
+      const bool self = head.kind == StreamOpKind::LocalCopy;
+      ch.mine = self ? nullptr : this->mine(head.peer);
+      ch.remote = self ? nullptr : remote_[head.peer];
+      const bool raw = head.kind == StreamOpKind::SendRaw || head.kind == StreamOpKind::RecvRaw;
+      ch.direct = raw && in_process_[head.peer] ? 1 : 0;
       for (size_t j = i; j < mine.size(); ++j) {
         const StreamOp& op = *mine[j];
         if (op.peer != head.peer || op.kind != head.kind) continue;
@@ -204,6 +217,7 @@ void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
         d.len = op.len;
         d.offset = op.offset;
         d.buf_id = op.buf_id;
+        d.flags = op.direct_ok ? kOpDirectOk : 0;
         ++ch.nops;
         if (op.hold) holds[s].push_back(op.hold);
       }

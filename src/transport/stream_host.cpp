@@ -30,6 +30,7 @@ const char* kind_name(StreamOpKind k) {
     case StreamOpKind::RecvPub: return "recv (published buffer)";
     case StreamOpKind::SendRaw: return "send";
     case StreamOpKind::RecvRaw: return "recv";
+    case StreamOpKind::LocalCopy: break;  // copied at group_end on the host backend
   }
   return "?";
 }
@@ -55,6 +56,7 @@ void StreamEngine::run_host(std::vector<StreamOp>& ops) {
         chunks.v += op.nchunks;  // a receiver's drained mismatch corrects this below
         break;
       }
+      case StreamOpKind::LocalCopy: break;  // never here: group_end copies them on the host backend
     }
   }
 
@@ -196,6 +198,7 @@ void StreamEngine::run_host(std::vector<StreamOp>& ops) {
           }
           break;
         }
+        case StreamOpKind::LocalCopy: break;
       }
     }
     if (left == 0) break;

@@ -45,6 +45,13 @@ __global__ void __launch_bounds__(kThreads, 1) stream_batch_kernel(const PL_GRID
   for (int c = 0; c < L.nch; ++c)
     if (int(blockIdx.x) >= L.ch[c].first_block && int(blockIdx.x) < L.ch[c].first_block + L.ch[c].nblocks) ci = c;
   const DevChannel& ch = L.ch[ci];
+  if (ch.kind == kChLocalCopy) {  // no peer, no flags: each block copies its share of every op
+    for (int i = 0; i < ch.nops; ++i) {
+      const DevOp& op = L.ops[ch.first_op + i];
+      part_copy(op.dst, op.src, op.len, false, int(blockIdx.x) - ch.first_block, ch.nblocks);
+    }
+    return;
+  }
   Ctx x{&L, L.ops, &ch, &ch.mine->error.v, int(blockIdx.x) - ch.first_block, ch.nblocks};
   const uint64_t aborted = load_volatile(x.abort);
   if (ch.kind == 0) return send_pub(x, aborted);  // tests it after its first loads

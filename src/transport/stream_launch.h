@@ -51,6 +51,13 @@ constexpr uint64_t kPubBytesPerBlock = 16 << 10;
 // after the copy, publish ready and advance the channel's counter.
 constexpr int kChCeWait = 4;
 constexpr int kChCeDone = 5;
+// A send to this rank matched with its recv (StreamOpKind::LocalCopy): the channel's blocks copy its
+// ops; no peer, no flags, no counters (DevChannel::mine / remote are null).
+constexpr int kChLocalCopy = 6;
+// Local copies get one block per this many bytes (up to the channel cap): 64 MB -> 64 blocks, which
+// copy beside a sendrecv's 64 + 1 blocks on 132 SMs. (UNMEASURED as a split; chosen to fill the SMs
+// the zero-copy send leaves.)
+constexpr uint64_t kLocalBytesPerBlock = 1 << 20;
 
 struct DevOp {
   const char* src;
@@ -58,8 +65,11 @@ struct DevOp {
   uint64_t len;
   uint64_t offset;
   uint32_t buf_id;
-  uint32_t pad;
+  uint32_t flags;  // RecvRaw: kOpDirectOk
 };
+// RecvRaw of a zero-copy candidate (is_direct) whose buffer the peer's GPU can write: the kernel
+// posts its address (else 0, and the message is staged).
+constexpr uint32_t kOpDirectOk = 1;
 
 struct DevChannel {
   int16_t kind;         // StreamOpKind
@@ -68,7 +78,7 @@ struct DevChannel {
   int16_t nops;
   int16_t first_block;  // blocks [first_block, first_block + nblocks) of the grid
   int16_t nblocks;
-  int32_t pad;
+  int32_t direct;       // NCCL form: the pair shares this process (zero-copy candidates: is_direct)
   PairSection* mine;    // this rank's section for `peer`
   PairSection* remote;  // section `rank` of the peer's area, mapped here
 };
@@ -87,6 +97,7 @@ struct StreamLaunchHeader {
   uint64_t ll_max;       // Options::stream_ll_max (rounded up to 8; 0 = no LL)
   uint64_t ll_slot;      // pub_ll_slot_bytes(ll_max): stride of the published-form LL ring
   uint64_t staging_off;  // staging_offset(true, ll_max)
+  uint64_t direct_min;   // Options::stream_direct_min (0 = no zero-copy NCCL form)
 };
 
 // The kernel's parameter block. The host builds the largest form; launch_stream_batch passes a

@@ -29,9 +29,12 @@ namespace peerlink::stream {
 // area under kAreaBufId); user calls naming them get InvalidArgument.
 constexpr uint32_t kReservedBufBase = 0xFFFFFF00u;
 constexpr uint32_t kAreaBufId = 0xFFFFFF01u;
-constexpr uint64_t kAreaMagic = 0x706c5354524d3033ull;  // "plSTRM03" (multi-block LL, ll_max in the header)
+constexpr uint64_t kAreaMagic = 0x706c5354524d3034ull;  // "plSTRM04" (direct_min in the header, zero-copy ring)
 constexpr int kDescRing = 64;   // published-form recvs posted ahead of completion, per pair
 constexpr int kMaxSlots = 64;   // NCCL-form staging slots per ordered pair (at most)
+// NCCL-form zero-copy posts (in-process pairs, Options::stream_direct_min) in flight per pair: more
+// than a launch holds (kMaxLaunchOps), so a launch never overwrites a post it made itself.
+constexpr int kDirectRing = 64;
 
 // Status of a published-form message (ReadyDesc::status).
 constexpr uint32_t kStatusOk = 1;
@@ -49,7 +52,15 @@ struct AreaHeader {
   uint64_t chunk;          // bytes per staging slot
   uint64_t section_bytes;  // bytes per peer section (flags + staging)
   uint64_t ll_max;         // GPU: Options::stream_ll_max (rounded up to 8); the LL ring follows it
-  uint64_t pad[2];
+  uint64_t direct_min;     // GPU: Options::stream_direct_min (0 on the host backend)
+  uint64_t pad;
+};
+
+// NCCL-form zero-copy post (stream_raw_device.h): {address low, tag, address high, tag}, written by
+// the receiver as one 16-byte line (two 8-byte halves, each a unit, as an LL line), tag = the low 32
+// bits of the pair's zero-copy message number; address 0 = "not this time: stage it".
+struct alignas(16) DirectPost {
+  uint32_t addr_lo, tag0, addr_hi, tag1;
 };
 
 // Written by the receiver together with `pub_posted`: what its k-th published-form recv expects.
@@ -108,6 +119,12 @@ struct PairSection {
   // GPU copy-engine sends (stream_ce_device.h, kinds kChCeWait / kChCeDone): what the waiting kernel
   // found for message k (kStatusOk / kStatusMismatch), read by the publishing kernel.
   uint64_t ce_status[kDescRing];
+  // GPU NCCL-form zero-copy messages (in-process pairs only; stream_raw_device.h says how):
+  DirectPost direct_post[kDirectRing];  // written by the peer q (receiver): where zero-copy message d goes
+  Line direct_done;       // written by q (sender): its zero-copy messages to this rank up to here landed
+  Line direct_sent;       // this rank's zero-copy messages sent to q / received from q (own counters)
+  Line direct_recvd;
+  uint64_t direct_arrive[kDirectRing];  // blocks that finished their share of zero-copy message d (own)
 };
 
 // GPU LL lines (messages of at most Options::stream_ll_max bytes, "ll_max"; both sides agree: it is in
@@ -142,6 +159,12 @@ PL_STREAM_HD constexpr size_t ll_lines(size_t len) { return (len + 7) / 8; }
 constexpr size_t kLLSlotBytes = (2 + ll_lines(kLLPiece)) * 16;  // one NCCL-form LL area
 // (ll_flag(k) = k mod (2^32 - 1) + 1: stream_device.h.)
 PL_STREAM_HD constexpr bool is_ll(uint64_t len, uint64_t ll_max) { return ll_max > 0 && len <= ll_max; }
+// An NCCL-form message that the pair's two sides handle as a zero-copy candidate (the receiver posts
+// an address, or 0; the sender waits for the post): both compute it from the length alone, on a
+// channel whose pair shares a process (DevChannel::direct).
+PL_STREAM_HD constexpr bool is_direct(uint64_t len, uint64_t direct_min, uint64_t ll_max) {
+  return direct_min > 0 && len >= direct_min && !is_ll(len, ll_max);
+}
 
 constexpr size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 constexpr size_t pub_ll_slot_bytes(size_t ll_max) { return ll_max ? round_up((2 + ll_lines(ll_max)) * 16, 128) : 0; }

@@ -64,10 +64,12 @@ StreamEngine::StreamEngine(CommServices& comm) : comm_(comm) {
   chunk_ = host_ ? kHostChunk : kGpuChunk;
   static_assert(kHostSlots <= size_t(kMaxSlots) && kGpuSlots <= size_t(kMaxSlots), "slots");
   ll_max_ = host_ ? 0 : round_up(comm.options().stream_ll_max, 8);
+  direct_min_ = host_ ? 0 : comm.options().stream_direct_min;
   static_assert(kLLMaxCap <= size_t(kMaxSlots) * kLLPiece, "an LL message fits the NCCL-form slots");
   sec_bytes_ = section_bytes(slots_, chunk_, !host_, ll_max_);
   area_len_ = area_bytes(world_, slots_, chunk_, !host_, ll_max_);
   remote_.assign(world_, nullptr);
+  in_process_.assign(world_, 0);
   remote_hold_.resize(world_);
   pub_completed_.assign(world_, 0);
   broken_.resize(world_);
@@ -81,6 +83,7 @@ StreamEngine::StreamEngine(CommServices& comm) : comm_(comm) {
     h.chunk = chunk_;
     h.section_bytes = sec_bytes_;
     h.ll_max = ll_max_;
+    h.direct_min = direct_min_;
     if (host_) {
       std::memset(area_, 0, area_len_);  // counters start at 0 (flags need no reset later)
       std::memcpy(area_, &h, sizeof h);
@@ -174,12 +177,16 @@ void StreamEngine::bind_peer(int peer) {
   AreaHeader h{};
   comm_.backend().copy_sync(&h, base, sizeof h);
   if (h.magic != kAreaMagic || h.world != uint64_t(world_) || h.slots != slots_ || h.chunk != chunk_ ||
-      h.section_bytes != sec_bytes_ || h.ll_max != ll_max_)
+      h.section_bytes != sec_bytes_ || h.ll_max != ll_max_ || h.direct_min != direct_min_)
     throw Error(cat("stream setup with rank ", peer, ": its area has magic ", h.magic, ", ", h.world, " ranks, ", h.slots,
                     " slots of ", h.chunk, " bytes, sections of ", h.section_bytes, ", LL up to ", h.ll_max,
-                    " bytes; this rank expects ", world_, "/", slots_, "/", chunk_, "/", sec_bytes_, "/", ll_max_,
-                    " (different library builds or backends, or PEERLINK_STREAM_LL_MAX differs between ranks?)"));
-  base = comm_.map_published(peer, kAreaBufId, 1, 0, area_len_, "stream setup", &hold);
+                    " bytes, zero-copy from ", h.direct_min, " bytes; this rank expects ", world_, "/", slots_, "/",
+                    chunk_, "/", sec_bytes_, "/", ll_max_, "/", direct_min_,
+                    " (different library builds or backends, or PEERLINK_STREAM_LL_MAX / PEERLINK_STREAM_DIRECT_MIN "
+                    "differs between ranks?)"));
+  bool in_process = false;
+  base = comm_.map_published(peer, kAreaBufId, 1, 0, area_len_, "stream setup", &hold, &in_process);
+  in_process_[peer] = in_process ? 1 : 0;
   remote_[peer] = section(base, rank_, sec_bytes_);
   remote_hold_[peer] = std::move(hold);
 }
@@ -242,6 +249,17 @@ void StreamEngine::recv_pub(int peer, uint32_t buf_id, size_t offset, size_t len
 
 void StreamEngine::send_raw(int peer, const void* src, size_t len, void* stream) {
   std::lock_guard<std::recursive_mutex> g(mu_);
+  if (peer == rank_) {
+    if (!src && len > 0) throw InvalidArgument(cat("send to rank ", peer, " (itself): src is null (len ", len, ")"));
+    check_device_memory(host_, src, len, "send to rank ", peer);
+    StreamOp op;
+    op.kind = StreamOpKind::SendRaw;
+    op.peer = peer;
+    op.src = static_cast<const char*>(src);
+    op.len = len;
+    op.stream = stream;
+    return queue_self(std::move(op));
+  }
   check_peer_usable(peer, "send");
   if (!src && len > 0) throw InvalidArgument(cat("send to rank ", peer, ": src is null (len ", len, ")"));
   check_device_memory(host_, src, len, "send to rank ", peer);
@@ -258,6 +276,17 @@ void StreamEngine::send_raw(int peer, const void* src, size_t len, void* stream)
 
 void StreamEngine::recv_raw(int peer, void* dst, size_t len, void* stream) {
   std::lock_guard<std::recursive_mutex> g(mu_);
+  if (peer == rank_) {
+    if (!dst && len > 0) throw InvalidArgument(cat("recv from rank ", peer, " (itself): dst is null (len ", len, ")"));
+    check_device_memory(host_, dst, len, "recv from rank ", peer);
+    StreamOp op;
+    op.kind = StreamOpKind::RecvRaw;
+    op.peer = peer;
+    op.dst = static_cast<char*>(dst);
+    op.len = len;
+    op.stream = stream;
+    return queue_self(std::move(op));
+  }
   check_peer_usable(peer, "recv");
   if (!dst && len > 0) throw InvalidArgument(cat("recv from rank ", peer, ": dst is null (len ", len, ")"));
   check_device_memory(host_, dst, len, "recv from rank ", peer);
@@ -269,6 +298,12 @@ void StreamEngine::recv_raw(int peer, void* dst, size_t len, void* stream) {
   op.dst = static_cast<char*>(dst);
   op.len = len;
   op.stream = stream;
+  // Zero-copy candidate between ranks of this process: the peer's kernel may write dst itself only
+  // when its GPU reaches it: memory of this rank's device from cudaMalloc (peer access was enabled
+  // when the peer mapped our area, which is on this device). VMM and memory-pool memory carry their
+  // own access lists, and another device's memory may lack peer access: those are staged.
+  if (!host_ && in_process_[peer] && is_direct(len, direct_min_, ll_max_))
+    op.direct_ok = gpu::pointer_device(dst) == comm_.device() && gpu::ipc_capable(dst);
   submit(std::move(op));
 }
 
@@ -289,8 +324,52 @@ void StreamEngine::group_end() {
   in_group_ = false;
   std::vector<StreamOp> ops;
   ops.swap(group_);
+  match_self(ops);                   // unmatched or mismatched self calls: nothing of this group runs
   if (!host_) check_device_error();  // an earlier op failed on the device: nothing of this group runs
   if (!ops.empty()) run(ops);
+}
+
+void StreamEngine::queue_self(StreamOp op) {
+  const bool send = op.kind == StreamOpKind::SendRaw;
+  if (!in_group_)
+    throw InvalidArgument(cat(send ? "send to" : "recv from", " rank ", rank_, " (this rank itself, ", op.len,
+                              " bytes) outside a group: it completes only together with its matching ",
+                              send ? "recv" : "send", " inside one group_start / group_end"));
+  (send ? self_sends_ : self_recvs_).push_back(std::move(op));
+}
+
+// Pairs this group's self sends with its self recvs in call order (FIFO, as any pair's channel) into
+// LocalCopy ops; the host backend copies them here (synchronous, as every host call is).
+void StreamEngine::match_self(std::vector<StreamOp>& ops) {
+  std::vector<StreamOp> sends, recvs;
+  sends.swap(self_sends_);
+  recvs.swap(self_recvs_);
+  if (sends.size() != recvs.size())
+    throw InvalidArgument(cat("group_end: ", sends.size(), " send(s) to this rank itself (rank ", rank_, ") but ",
+                              recvs.size(), " recv(s) from it; each needs its match in the same group"));
+  for (size_t i = 0; i < sends.size(); ++i) {
+    if (sends[i].len != recvs[i].len)
+      throw InvalidArgument(cat("group_end: send ", i, " to this rank itself (rank ", rank_, ") has ", sends[i].len,
+                                " bytes, its matching recv ", recvs[i].len));
+    if (sends[i].stream != recvs[i].stream)
+      throw UnsupportedError(cat("group_end: send ", i, " to this rank itself (rank ", rank_,
+                                 ") and its matching recv are on different streams; issue both on one stream"));
+  }
+  for (size_t i = 0; i < sends.size(); ++i) {
+    if (sends[i].len == 0 || sends[i].src == recvs[i].dst) continue;
+    if (host_) {
+      std::memmove(recvs[i].dst, sends[i].src, sends[i].len);
+      continue;
+    }
+    StreamOp op;
+    op.kind = StreamOpKind::LocalCopy;
+    op.peer = rank_;
+    op.src = sends[i].src;
+    op.dst = recvs[i].dst;
+    op.len = sends[i].len;
+    op.stream = sends[i].stream;
+    ops.push_back(std::move(op));
+  }
 }
 
 void StreamEngine::submit(StreamOp op) {
@@ -320,7 +399,7 @@ void StreamEngine::run(std::vector<StreamOp>& ops) {
 
 void StreamEngine::mark_broken(const std::vector<StreamOp>& ops, std::exception_ptr e) {
   for (const StreamOp& op : ops)
-    if (!op.done && !broken_[op.peer]) broken_[op.peer] = e;
+    if (!op.done && op.peer != rank_ && !broken_[op.peer]) broken_[op.peer] = e;
 }
 
 }  // namespace peerlink::detail

@@ -24,7 +24,10 @@
 //                   A length mismatch stops the pair there instead of draining. A message of at most
 //                   Options::stream_ll_max bytes is chunks of stream::kLLPiece bytes sent as LL lines
 //                   into their slots' LL areas: no fence, no ready flag; the receiver waits for the
-//                   flag or the lines, whichever.)
+//                   flag or the lines, whichever. Between two ranks of one process, a message of at
+//                   least Options::stream_direct_min bytes goes zero-copy when the recv buffer is
+//                   within the sender GPU's reach: the receiver posts its address, the sender writes
+//                   straight into it: stream_direct_device.h.)
 // The two forms are separate FIFO channels (a published-form send is matched only by a
 // published-form recv), and both are separate from the host-driven isend/irecv channel: mixing
 // them on one pair is allowed and each channel keeps its own order. (They share no counters, so
@@ -43,6 +46,9 @@
 // counters are read when its kernel starts: calls of one (peer, direction, form) issued on several
 // streams must be ordered by the caller (events), as NCCL requires for one communicator. On GPUs a
 // published-form mismatch is reported on the receiver only (the sending kernel cannot throw).
+// NCCL form to this rank itself (as NCCL allows): only inside a group, where group_end matches the
+// self sends with the self recvs FIFO (lengths equal, the same stream) and the batch's kernel copies
+// them beside the other channels (the host backend: memcpy); unmatched ones are InvalidArgument.
 // Bad input is rejected when the call is made (InvalidArgument, nothing queued or written); a
 // failure while moving data (timeout, peer lost, protocol violation) breaks the channels of the
 // peers involved: later calls with them rethrow that error.
@@ -65,7 +71,9 @@ namespace peerlink::detail {
 
 class CommServices;
 
-enum class StreamOpKind : int { SendPub = 0, RecvPub = 1, SendRaw = 2, RecvRaw = 3 };
+// LocalCopy: an NCCL-form send to this rank itself matched with its recv in one group
+// (stream_launch.h kChLocalCopy: the batch kernel's blocks copy it beside the other channels).
+enum class StreamOpKind : int { SendPub = 0, RecvPub = 1, SendRaw = 2, RecvRaw = 3, LocalCopy = 6 };
 
 struct StreamOp {
   StreamOpKind kind = StreamOpKind::SendPub;
@@ -89,6 +97,7 @@ struct StreamOp {
   bool drain = false;        // RecvRaw on a length mismatch: consume the chunks, write nothing
   bool posted = false;
   bool done = false;
+  bool direct_ok = false;    // GPU RecvRaw, zero-copy candidate: the peer's GPU may write dst (stream_direct_device.h)
   std::exception_ptr error;  // a mismatch, reported after the whole batch moved
 };
 
@@ -155,6 +164,8 @@ class StreamEngine {
   bool pdl_ = false;           // launch with programmatic dependent launch (Options::stream_pdl)
   size_t ll_max_ = 0;          // Options::stream_ll_max rounded up to 8 (GPU; 0 on the host backend)
   size_t ce_min_ = 0;          // Options::stream_ce_min (0: no copy-engine path)
+  size_t direct_min_ = 0;      // Options::stream_direct_min (GPU; 0 on the host backend)
+  std::vector<char> in_process_;  // [q]: q is a rank of this process (its area mapped by pointer)
   std::vector<gpu::StreamOwner> ce_lanes_;  // side streams of the copy-engine path (lanes - 1)
   std::vector<gpu::EventOwner> ce_events_;  // [0] fork, [1 + l] join of side lane l
   struct Inflight {
@@ -168,6 +179,9 @@ class StreamEngine {
   std::recursive_mutex mu_;  // one batch at a time; guards the group and the counters
   bool in_group_ = false;
   std::vector<StreamOp> group_;
+  std::vector<StreamOp> self_sends_, self_recvs_;  // NCCL form to this rank, matched at group_end
+  void queue_self(StreamOp op);
+  void match_self(std::vector<StreamOp>& ops);
 };
 
 // The communicator's engine, created (and its area published to every peer) on first use.

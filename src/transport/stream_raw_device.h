@@ -1,6 +1,7 @@
 // Device side of the NCCL-form send and recv: runs of chunks through staging slots or LL pieces
 // (protocol: stream_layout.h; memory ordering: stream_kernels.cu). Included only by stream_kernels.cu.
 #pragma once
+#include "transport/stream_direct_device.h"
 #include "transport/stream_ll_device.h"
 
 namespace peerlink::stream {
@@ -28,14 +29,38 @@ __device__ void send_raw(const Ctx& x) {
   const DevChannel& c = *x.c;
   const uint64_t chunk = x.L->chunk, slots = x.L->slots;
   __shared__ int s_go;
+  __shared__ uint64_t s_direct;
   const uint64_t msg0 = load_volatile(&c.mine->raw_sent_msgs.v);
   const uint64_t g0 = load_volatile(&c.mine->raw_sent_chunks.v);
+  const uint64_t d0 = c.direct ? load_volatile(&c.mine->direct_sent.v) : 0;
   uint64_t t0 = 0;  // first chunk of op i within the run
+  uint64_t nd = 0;  // zero-copy candidates so far
   bool failed = false;
   for (int i = 0; i < c.nops && !failed; ++i) {
     const DevOp& op = x.ops[c.first_op + i];
     const bool ll = is_ll(op.len, x.L->ll_max);
     const uint64_t n = chunks_of(op.len, chunk, x.L->ll_max);
+    if (c.direct && is_direct(op.len, x.L->direct_min, x.L->ll_max)) {
+      const uint64_t d = d0 + ++nd;
+      if (threadIdx.x == 0) {
+        uint64_t a = 0;
+        s_go = wait_direct_post(x, d, &a);
+        s_direct = a;
+      }
+      __syncthreads();
+      const int go = s_go;
+      char* const dst = reinterpret_cast<char*>(s_direct);
+      __syncthreads();  // read by all before thread 0 rewrites them (the staged loop reuses s_go)
+      if (!go) {
+        failed = true;
+        break;
+      }
+      if (dst) {  // zero-copy: no slot, no chunk flag (stream_direct_device.h)
+        send_direct(x, op, dst, d);
+        t0 += n;
+        continue;
+      }
+    }
     uint64_t j = first_piece(x, t0);
     for (; j < n; j += uint64_t(x.nb)) {
       const uint64_t g = g0 + t0 + j;
@@ -79,6 +104,7 @@ __device__ void send_raw(const Ctx& x) {
     if (failed) return;  // the pair is aborted: the counters no longer matter
     c.mine->raw_sent_msgs.v = msg0 + c.nops;
     c.mine->raw_sent_chunks.v = g0 + total;
+    if (c.direct) c.mine->direct_sent.v = d0 + nd;
   });
 }
 
@@ -110,13 +136,30 @@ __device__ void recv_raw(const Ctx& x) {
   uint64_t run = 0;  // chunks of this launch
   for (int i = 0; i < c.nops; ++i) run += chunks_of(x.ops[c.first_op + i].len, chunk, x.L->ll_max);
   const uint64_t g_last = g0 + run - 1;
+  const uint64_t d0 = c.direct ? load_volatile(&c.mine->direct_recvd.v) : 0;
   uint64_t t0 = 0;
+  uint64_t nd = 0;  // zero-copy candidates so far
   bool failed = false;
   for (int i = 0; i < c.nops && !failed; ++i) {
     const DevOp& op = x.ops[c.first_op + i];
     const bool ll = is_ll(op.len, x.L->ll_max);
     const uint64_t piece = ll ? kLLPiece : chunk;
     const uint64_t n = chunks_of(op.len, chunk, x.L->ll_max);
+    if (c.direct && is_direct(op.len, x.L->direct_min, x.L->ll_max)) {
+      const uint64_t d = d0 + ++nd;
+      const bool zc = (op.flags & kOpDirectOk) != 0;
+      // Block 0 posts from another warp than thread 0's, which waits (as recv_pub does).
+      const unsigned poster = blockDim.x > unsigned(warpSize) ? blockDim.x - 1 : 0;
+      if (x.blk == 0 && threadIdx.x == poster) post_direct(x, d, zc ? op.dst : nullptr);
+      if (zc) {
+        if (x.blk == 0 && !recv_direct(x, d, g0 + t0, n, g_last, slots)) {
+          failed = true;
+          break;
+        }
+        t0 += n;
+        continue;
+      }
+    }
     uint64_t j = first_piece(x, t0);
     for (; j < n; j += uint64_t(x.nb)) {
       const uint64_t g = g0 + t0 + j;
@@ -178,6 +221,7 @@ __device__ void recv_raw(const Ctx& x) {
     if (failed) return;
     c.mine->raw_recvd_msgs.v = msg0 + c.nops;
     c.mine->raw_recvd_chunks.v = g0 + total;
+    if (c.direct) c.mine->direct_recvd.v = d0 + nd;
   });
 }
 

@@ -43,7 +43,9 @@ TEST(StreamKnobsConfig, FromEnv) {
   env.set("PEERLINK_STREAM_CE_MIN", "33554432");
   env.set("PEERLINK_STREAM_CE_LANES", "3");
   env.set("PEERLINK_STREAM_ACQUIRE_LOAD", "0");
+  env.set("PEERLINK_STREAM_DIRECT_MIN", "4194304");
   Options o = Options::from_env();
+  EXPECT_EQ(o.stream_direct_min, size_t(4) << 20);
   EXPECT_EQ(o.stream_ll_max, size_t(128) << 10);
   EXPECT_EQ(o.stream_ce_min, size_t(32) << 20);
   EXPECT_EQ(o.stream_ce_lanes, 3);
@@ -56,6 +58,7 @@ TEST(StreamKnobsConfig, Defaults) {
   EXPECT_EQ(o.stream_ce_min, 0u);               // copy engine off
   EXPECT_EQ(o.stream_ce_lanes, 2);
   EXPECT_TRUE(o.stream_acquire_load);
+  EXPECT_EQ(o.stream_direct_min, size_t(1) << 20);  // in-process zero-copy NCCL form from 1 MB
   EXPECT_NO_THROW(o.validate());
 }
 
@@ -68,7 +71,8 @@ TEST(StreamKnobsConfig, BadValuesNamed) {
                {"PEERLINK_STREAM_CE_MIN", "12x"},
                {"PEERLINK_STREAM_CE_LANES", "0"},
                {"PEERLINK_STREAM_CE_LANES", "5"},
-               {"PEERLINK_STREAM_ACQUIRE_LOAD", "sometimes"}};
+               {"PEERLINK_STREAM_ACQUIRE_LOAD", "sometimes"},
+               {"PEERLINK_STREAM_DIRECT_MIN", "1M"}};
   for (const Case& c : cases) {
     EnvScope env;
     env.set(c.var, c.value);
@@ -85,4 +89,5 @@ TEST(StreamKnobsConfig, BadValuesNamed) {
   bad([](Options& o) { o.stream_ll_max = (size_t(512) << 10) + 1; }, "stream_ll_max");
   bad([](Options& o) { o.stream_ce_lanes = 0; }, "stream_ce_lanes");
   bad([](Options& o) { o.stream_ce_min = (size_t(1) << 40) + 1; }, "stream_ce_min");
+  bad([](Options& o) { o.stream_direct_min = (size_t(1) << 40) + 1; }, "stream_direct_min");
 }
