@@ -185,8 +185,10 @@ struct Options {
   // staging, no per-chunk flags, no copy-out). A recv buffer the peer's GPU cannot write (VMM or
   // memory-pool memory, another device) takes the staged path for that message. 0 = never
   // (PEERLINK_STREAM_DIRECT_MIN, [0, 2^40]). Every rank of the pair must agree (the area header
-  // carries it).
-  size_t stream_direct_min = size_t(1) << 20;
+  // carries it). 256 KB, i.e. every message above the LL ones: on 2x H200, one process, graph
+  // (session 12 call 3), 512 KB sendrecv / one-way 11.47 / 10.10 us zero-copy against 12.03 / 11.72
+  // staged, 1 MB 11.64 / 10.28 against 12.82 / 12.97 (call 2).
+  size_t stream_direct_min = size_t(256) << 10;
 
   // ---- the NCCL-compatible library (src/nccl/, libnccl.so.2); the rest of the library ignores them.
   // The real NCCL to forward to (PEERLINK_NCCL_LIBRARY: a path to libnccl.so.2); "" = the usual places.
@@ -194,6 +196,12 @@ struct Options {
   // NCCL_DEBUG as NCCL spells it (VERSION, WARN, INFO, TRACE, ...; kept verbatim, never rejected: it is
   // NCCL's variable); the shim says which path each communicator and op took at INFO and TRACE.
   std::string nccl_debug;
+  // ncclAlltoAll on a peerlink communicator moves blocks of at least this many bytes per peer as
+  // grouped send/recv (zero-copy between ranks of one process, and the own block copied by the same
+  // kernel) instead of the all_to_all collective's staged push, unless both buffers lie in registered
+  // windows (the collective's zero-copy path); 0 = always the collective
+  // (PEERLINK_NCCL_ALLTOALL_P2P_MIN, [0, 2^40]).
+  size_t nccl_alltoall_p2p_min = size_t(2) << 20;
   // Test hook (PEERLINK_NCCL_HOST_BACKEND=1): the shim's communicators use the host backend
   // (device -1, host pointers) whatever the current GPU, so CI drives the C API without a GPU.
   bool nccl_host_backend = false;

@@ -28,7 +28,7 @@ PL_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, 
         p2p_send(comm, q, sendbuff, b, stream);
         p2p_recv(comm, q, out + q * b, b, stream);
       }
-      local_copy(comm, out + comm->rank * b, sendbuff, b, stream);
+      group_copy(comm, out + comm->rank * b, sendbuff, b, stream);
     });
   }
   return forward(comm, what, ncclSum, [=](const RealNccl* r, ncclComm_t rc, ncclRedOp_t) {
@@ -46,7 +46,13 @@ PL_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, s
   if (comm->route == Route::Peerlink && !in_place) {
 #if PL_NCCL_USE_PL_ALL_TO_ALL
     DataType dt;
-    if (comm->nranks <= 8 && pl_dtype(datatype, ncclSum, &dt)) {
+    // Large blocks go as grouped send/recv (Options::nccl_alltoall_p2p_min) unless the collective
+    // can take its zero-copy path through registered windows.
+    const size_t p2p_min = comm->opts.nccl_alltoall_p2p_min;
+    const bool p2p = p2p_min > 0 && b >= p2p_min && !comm->p2p_forward &&
+                     !(window_zero_copy(*comm->pl, sendbuff, b * comm->nranks) &&
+                       window_zero_copy(*comm->pl, recvbuff, b * comm->nranks));
+    if (!p2p && comm->nranks <= 8 && pl_dtype(datatype, ncclSum, &dt)) {
       say(comm, what, "peerlink all_to_all");
       return on_peerlink(comm, what, OpKind::Collective,
                          [=] { all_to_all(*comm->pl, sendbuff, recvbuff, count, dt, stream); });

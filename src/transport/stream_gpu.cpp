@@ -99,15 +99,19 @@ void StreamEngine::reap_inflight(bool wait_all) {
 //                    channel's only op in the launch (the blocks read and zero their own lines);
 //   NCCL form        one block per staging chunk or LL piece of its messages, up to the cap (blocks
 //                    take whole chunks round robin; more than the chunk count would idle); a
-//                    zero-copy recv counts one (block 0 waits for it, the others skip it).
+//                    zero-copy recv counts one (block 0 waits for it, the others skip it); a send
+//                    channel with a zero-copy candidate may take kDirectChannelBlocks;
 // The grid stays within one block per multiprocessor (all resident: stream_launch.h): the largest
 // channels give blocks back until it fits. Recv channels come first in the grid (they post credits
 // and flags that the peer's sends wait for).
 void StreamEngine::assign_blocks(StreamLaunch& L) const {
   std::vector<int> want(size_t(L.nch), 1);
-  const uint64_t cap = uint64_t(std::max(1, channel_blocks_));
   for (int c = 0; c < L.nch; ++c) {
     const DevChannel& ch = L.ch[c];
+    uint64_t cap = uint64_t(std::max(1, channel_blocks_));
+    if (ch.kind == int(StreamOpKind::SendRaw) && ch.direct && comm_.options().stream_blocks <= 0)
+      for (int i = 0; i < ch.nops; ++i)
+        if (is_direct(L.ops[ch.first_op + i].len, direct_min_, ll_max_)) cap = kDirectChannelBlocks;
     uint64_t w = 1;
     if (ch.kind == int(StreamOpKind::SendPub)) {
       uint64_t mx = 0;

@@ -54,10 +54,15 @@ constexpr int kChCeDone = 5;
 // A send to this rank matched with its recv (StreamOpKind::LocalCopy): the channel's blocks copy its
 // ops; no peer, no flags, no counters (DevChannel::mine / remote are null).
 constexpr int kChLocalCopy = 6;
-// Local copies get one block per this many bytes (up to the channel cap): 64 MB -> 64 blocks, which
-// copy beside a sendrecv's 64 + 1 blocks on 132 SMs. (UNMEASURED as a split; chosen to fill the SMs
-// the zero-copy send leaves.)
-constexpr uint64_t kLocalBytesPerBlock = 1 << 20;
+// Local copies get one block per this many bytes (up to the channel cap). 1 MB per block left a
+// 512 KB copy to one block: gather of 1 MB (512 KB per rank) through the NCCL shim went from 8.80
+// to 12.37 us (2x H200, session 12 call 3).
+constexpr uint64_t kLocalBytesPerBlock = 64 << 10;
+// Blocks of an NCCL-form send channel that carries a zero-copy candidate (no staging slots, so no
+// matching recv blocks: the recv side of such a message is one block). sendrecv_perf -g 2 through
+// the shim, 256 MB, 2x H200 (session 12 call 3): 32 / 64 / 96 / 128 blocks 762.6 / 754.0 / 748.5 /
+// 748.3 us (NCCL 752.6).
+constexpr int kDirectChannelBlocks = 96;
 
 struct DevOp {
   const char* src;

@@ -154,6 +154,7 @@ TEST(NcclApi, ThreeProcessesCollectivesAndP2p) {
   const int n = 3;
   ncclUniqueId id = new_id();
   std::string err = run_ranks(n, [&](int rank) {
+    setenv("PEERLINK_NCCL_ALLTOALL_P2P_MIN", "4096", 1);  // the large all-to-all below goes as send/recv
     ncclComm_t c = init(n, id, rank);
     const size_t count = 1000;
     std::vector<float> f(count), fo(count, -1.0f);
@@ -206,6 +207,12 @@ TEST(NcclApi, ThreeProcessesCollectivesAndP2p) {
     CHECK_NCCL(ncclAlltoAll(a2a_in.data(), a2a_out.data(), 20, ncclInt32, c, nullptr));
     for (int q = 0; q < n; ++q)
       for (int i = 0; i < 20; ++i) CHECK(a2a_out[q * 20 + i] == q * 10000 + rank * 100 + i);
+    std::vector<int32_t> big_in(2001 * n), big_out(2001 * n, -1);  // 8004 B per peer: grouped send/recv
+    for (int q = 0; q < n; ++q)
+      for (int i = 0; i < 2001; ++i) big_in[q * 2001 + i] = rank * 10000000 + q * 10000 + i;
+    CHECK_NCCL(ncclAlltoAll(big_in.data(), big_out.data(), 2001, ncclInt32, c, nullptr));
+    for (int q = 0; q < n; ++q)
+      for (int i = 0; i < 2001; ++i) CHECK(big_out[q * 2001 + i] == q * 10000000 + rank * 10000 + i);
     std::vector<int32_t> g(50 * n, -1);
     CHECK_NCCL(ncclGather(mine.data(), rank == 2 ? g.data() : nullptr, 50, ncclInt32, 2, c, nullptr));
     if (rank == 2)

@@ -58,7 +58,7 @@ TEST(StreamKnobsConfig, Defaults) {
   EXPECT_EQ(o.stream_ce_min, 0u);               // copy engine off
   EXPECT_EQ(o.stream_ce_lanes, 2);
   EXPECT_TRUE(o.stream_acquire_load);
-  EXPECT_EQ(o.stream_direct_min, size_t(1) << 20);  // in-process zero-copy NCCL form from 1 MB
+  EXPECT_EQ(o.stream_direct_min, size_t(256) << 10);  // in-process zero-copy NCCL form above LL messages
   EXPECT_NO_THROW(o.validate());
 }
 
