@@ -11,7 +11,9 @@ PL_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, 
   if (comm->route == Route::Peerlink) {
 #if PL_NCCL_USE_PL_ALL_GATHER
     DataType dt;
-    if (comm->nranks <= 8 && pl_dtype(datatype, ncclSum, &dt)) {
+    const size_t b = sendcount * type_size(datatype);
+    const bool p2p = use_p2p_plan(comm, b, sendbuff, b, recvbuff, b * comm->nranks);
+    if (!p2p && comm->nranks <= 8 && pl_dtype(datatype, ncclSum, &dt)) {
       say(comm, what, "peerlink all_gather");
       return on_peerlink(comm, what, OpKind::Collective,
                          [=] { all_gather(*comm->pl, sendbuff, recvbuff, sendcount, dt, stream); });
@@ -46,12 +48,7 @@ PL_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, s
   if (comm->route == Route::Peerlink && !in_place) {
 #if PL_NCCL_USE_PL_ALL_TO_ALL
     DataType dt;
-    // Large blocks go as grouped send/recv (Options::nccl_alltoall_p2p_min) unless the collective
-    // can take its zero-copy path through registered windows.
-    const size_t p2p_min = comm->opts.nccl_alltoall_p2p_min;
-    const bool p2p = p2p_min > 0 && b >= p2p_min && !comm->p2p_forward &&
-                     !(window_zero_copy(*comm->pl, sendbuff, b * comm->nranks) &&
-                       window_zero_copy(*comm->pl, recvbuff, b * comm->nranks));
+    const bool p2p = use_p2p_plan(comm, b, sendbuff, b * comm->nranks, recvbuff, b * comm->nranks);
     if (!p2p && comm->nranks <= 8 && pl_dtype(datatype, ncclSum, &dt)) {
       say(comm, what, "peerlink all_to_all");
       return on_peerlink(comm, what, OpKind::Collective,

@@ -85,6 +85,12 @@ void local_copy(ncclComm* c, void* dst, const void* src, size_t bytes, void* str
   else device::copy_async(dst, src, bytes, stream);
 }
 
+bool use_p2p_plan(ncclComm* c, size_t block, const void* send, size_t send_bytes, const void* recv, size_t recv_bytes) {
+  const size_t min = c->opts.nccl_p2p_plan_min;
+  if (min == 0 || block < min || c->p2p_forward) return false;
+  return !(window_zero_copy(*c->pl, send, send_bytes) && window_zero_copy(*c->pl, recv, recv_bytes));
+}
+
 void group_copy(ncclComm* c, void* dst, const void* src, size_t bytes, void* stream) {
   if (bytes == 0 || dst == src) return;
   if (c->device < 0) return local_copy(c, dst, src, bytes, stream);

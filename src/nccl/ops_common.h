@@ -99,6 +99,9 @@ ncclResult_t on_peerlink(ncclComm* c, const char* what, OpKind kind, F call) {
   return submit(peerlink_op(c, what, kind, call));
 }
 
+// ncclAllGather / ncclAlltoAll: send/recv instead of the collective for blocks of `block` bytes per
+// peer (Options::nccl_p2p_plan_min), unless both buffers are in registered windows.
+bool use_p2p_plan(ncclComm* c, size_t block, const void* send, size_t send_bytes, const void* recv, size_t recv_bytes);
 // A stream-ordered local copy (host backend: memcpy).
 void local_copy(ncclComm* c, void* dst, const void* src, size_t bytes, void* stream);
 // The same inside the batch's peerlink group: a send + recv to this rank itself, which the group's

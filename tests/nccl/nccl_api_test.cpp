@@ -154,7 +154,7 @@ TEST(NcclApi, ThreeProcessesCollectivesAndP2p) {
   const int n = 3;
   ncclUniqueId id = new_id();
   std::string err = run_ranks(n, [&](int rank) {
-    setenv("PEERLINK_NCCL_ALLTOALL_P2P_MIN", "4096", 1);  // the large all-to-all below goes as send/recv
+    setenv("PEERLINK_NCCL_P2P_PLAN_MIN", "4096", 1);  // the large all-gather / all-to-all below go as send/recv
     ncclComm_t c = init(n, id, rank);
     const size_t count = 1000;
     std::vector<float> f(count), fo(count, -1.0f);
@@ -201,6 +201,11 @@ TEST(NcclApi, ThreeProcessesCollectivesAndP2p) {
     CHECK_NCCL(ncclAllGather(mine.data(), all.data(), 50, ncclInt32, c, nullptr));
     for (int q = 0; q < n; ++q)
       for (int i = 0; i < 50; ++i) CHECK(all[q * 50 + i] == q * 1000 + i);
+    std::vector<int32_t> mine_big(1500), all_big(1500 * n, -1);  // 6000 B per peer: grouped send/recv
+    for (int i = 0; i < 1500; ++i) mine_big[i] = rank * 100000 + i;
+    CHECK_NCCL(ncclAllGather(mine_big.data(), all_big.data(), 1500, ncclInt32, c, nullptr));
+    for (int q = 0; q < n; ++q)
+      for (int i = 0; i < 1500; ++i) CHECK(all_big[q * 1500 + i] == q * 100000 + i);
     std::vector<int32_t> a2a_in(20 * n), a2a_out(20 * n, -1);
     for (int q = 0; q < n; ++q)
       for (int i = 0; i < 20; ++i) a2a_in[q * 20 + i] = rank * 10000 + q * 100 + i;
