@@ -3,7 +3,8 @@
 #   scripts/gpu_stream.sh OUTDIR [BUILD_DIR]
 # 1. builds the CUDA library, tests and benchmarks; 2. the StreamGpu* gtests (both forms up to 64 MB,
 # 2,000 messages in flight, a group captured once and replayed 1,000 times with changing payloads,
-# mismatch / stall / killed peer); 3. compute-sanitizer racecheck on a small case; 4. bench_transport
+# mismatch / stall / killed peer; StreamGpuDirect*: two ranks of one process, zero-copy and self
+# copies); 3. compute-sanitizer racecheck on small cases; 4. bench_transport
 # --mode stream eager and -G, peerlink and NCCL side by side; 5. the single-GPU stand-in (both ranks
 # as threads on GPU 0, -G), which compares kernel changes on any one-GPU machine. Every step logs to
 # OUTDIR/<step>.log.
@@ -22,7 +23,7 @@ has gtest && step gtest 300 "$BUILD/bin/peerlink_tests" --gtest_filter='StreamGp
 CS=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
 if [ -x "$CS" ] && has racecheck; then
   step racecheck 180 "$CS" --tool racecheck --target-processes all --error-exitcode 9 \
-    "$BUILD/bin/peerlink_tests" --gtest_filter='StreamGpu.SanitizerSmall'
+    "$BUILD/bin/peerlink_tests" --gtest_filter='StreamGpu.SanitizerSmall:StreamGpuDirect.SanitizerSmall'
 fi
 has bench_eager && step bench_eager 180 "$BUILD/bin/bench_transport" --mode stream -b 8 -e 256M -f 4 -n 50 -w 5
 has bench_graph && step bench_graph 180 "$BUILD/bin/bench_transport" --mode stream -b 8 -e 256M -f 4 -n 50 -w 5 -G 1

@@ -56,10 +56,14 @@ PL_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, s
     }
 #endif
   }
-  if (comm->route == Route::Peerlink && !comm->p2p_forward && !in_place) {  // the p2p plan
-    say(comm, what, "peerlink send/recv");
-    return on_peerlink(comm, what, OpKind::P2p, [=] {
-      const char* in = static_cast<const char*>(sendbuff);
+  if (comm->route == Route::Peerlink && !comm->p2p_forward) {  // the p2p plan
+    say(comm, what, in_place ? "peerlink send/recv (in place: the sends read a staged copy)" : "peerlink send/recv");
+    // In place, the group end copies the whole send range to the communicator's stage first and
+    // the sends read it through `src` (group.cpp stage_overlapping_sends), so no block lands
+    // before it was sent; the own block then stays where it is.
+    auto src = std::make_shared<const void*>(sendbuff);
+    Op o = peerlink_op(comm, what, OpKind::P2p, [=] {
+      const char* in = static_cast<const char*>(*src);
       char* out = static_cast<char*>(recvbuff);
       for (int q = 0; q < comm->nranks; ++q) {
         if (q == comm->rank) continue;
@@ -68,6 +72,15 @@ PL_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, s
       }
       group_copy(comm, out + comm->rank * b, in + comm->rank * b, b, stream);
     });
+    if (in_place) {
+      o.send_src = static_cast<const char*>(sendbuff);
+      o.send_bytes = b * comm->nranks;
+      o.recv_dst = static_cast<char*>(recvbuff);
+      o.recv_bytes = b * comm->nranks;
+      o.stream = stream;
+      o.src = src;
+    }
+    return submit(std::move(o));
   }
   return forward(comm, what, ncclSum, [=](const RealNccl* r, ncclComm_t rc, ncclRedOp_t) {
     return r->ncclAlltoAll(sendbuff, recvbuff, count, datatype, rc, stream);

@@ -10,8 +10,11 @@
 //                        all-gather and all-to-all of other dtypes (int8, uint8, fp8) take the p2p
 //                        plan below, reduce / reduce-scatter of them are forwarded
 //   Gather, Scatter      (api_coll.cpp) peerlink send/recv inside one group, as NCCL itself builds them (any dtype);
-//                        the same p2p plan serves broadcast/all-gather/all-to-all when switched off
-//   in-place AlltoAll    forwarded (peerlink's all_to_all is not in place, as NCCL)
+//                        the same p2p plan serves broadcast/all-gather/all-to-all when switched off, and
+//                        all-gather / all-to-all blocks of Options::nccl_p2p_plan_min bytes and more
+//                        (the own block is a send to self: the group's kernel copies it)
+//   in-place AlltoAll    the p2p plan reading a staged copy of the send range (peerlink's all_to_all
+//                        is not in place, as NCCL's documents it; nccl-tests still runs it)
 //   any p2p, p2p plan    forwarded when a pair of the communicator has no stream-ordered path
 //                        (relay: p2p_forward, set at creation by warm_p2p)
 // Forwarded = the real NCCL on a real communicator created lazily (real_comm): never silently wrong.

@@ -6,6 +6,7 @@
 // Runs only when PEERLINK_TEST_GPUS >= 2 (one forked child holds both ranks):
 //   PEERLINK_TEST_GPUS=2 build-cuda/bin/peerlink_tests --gtest_filter='StreamGpuDirect*'
 // Payloads are verified on the host after every exchange or replay.
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <thread>
@@ -223,6 +224,53 @@ TEST(StreamGpuDirect, GraphReplays) {
     }
     poll(comm);
     gpu::graph_destroy(g);
+    gpu::stream_destroy(s);
+  });
+  EXPECT_EQ(fail, "");
+}
+
+// Small enough for compute-sanitizer racecheck (scripts/gpu_check.sh): zero-copy (512 KB), staged
+// into VMM (512 KB) and LL (8 KB) messages plus a self copy, both directions, in one group.
+TEST(StreamGpuDirect, SanitizerSmall) {
+  REQUIRE_GPUS();
+  std::string uid = unique_test_id("sgd-san");
+  std::string fail = run_thread_ranks([&](int rank) {
+    const int dev = pltest::gpu_test_device(rank);
+    gpu::set_device(dev);
+    Communicator comm(uid, rank, 2, dev, direct_opts(size_t(256) << 10));
+    const int peer = 1 - rank;
+    const size_t big = size_t(512) << 10, small = 8192;
+    Dev src(2 * big), dst(2 * big), self(big);
+    VmmBuf vdst(dev, big);
+    gpu::Stream s = gpu::stream_create();
+    for (int round = 0; round < 2; ++round) {
+      const uint64_t tag = uint64_t(rank) * 10 + round;
+      src.fill(tag);
+      comm.group_start();
+      comm.send(peer, src.p, big, s);
+      comm.send(peer, src.p + big, big, s);
+      comm.send(peer, src.p, small, s);
+      comm.send(rank, src.p, big, s);
+      comm.recv(peer, dst.p, big, s);
+      comm.recv(peer, vdst.p, big, s);
+      comm.recv(peer, dst.p + big, small, s);
+      comm.recv(rank, self.p, big, s);
+      comm.group_end();
+      gpu::stream_sync(s);
+      poll(comm);
+      std::vector<char> want(2 * big), got(big);
+      fill_pattern(want.data(), 2 * big, uint64_t(peer) * 10 + round);
+      gpu::memcpy_sync(got.data(), dst.p, big);
+      MP_CHECK_MSG(std::equal(got.begin(), got.end(), want.begin()), "round " << round << " zero-copy");
+      gpu::memcpy_sync(got.data(), vdst.p, big);
+      MP_CHECK_MSG(std::equal(got.begin(), got.end(), want.begin() + long(big)), "round " << round << " staged");
+      gpu::memcpy_sync(got.data(), dst.p + big, small);
+      MP_CHECK_MSG(std::equal(got.begin(), got.begin() + long(small), want.begin()), "round " << round << " LL");
+      fill_pattern(want.data(), 2 * big, tag);
+      gpu::memcpy_sync(got.data(), self.p, big);
+      MP_CHECK_MSG(std::equal(got.begin(), got.end(), want.begin()), "round " << round << " self");
+      comm.barrier();
+    }
     gpu::stream_destroy(s);
   });
   EXPECT_EQ(fail, "");

@@ -218,6 +218,24 @@ TEST(NcclApi, ThreeProcessesCollectivesAndP2p) {
     CHECK_NCCL(ncclAlltoAll(big_in.data(), big_out.data(), 2001, ncclInt32, c, nullptr));
     for (int q = 0; q < n; ++q)
       for (int i = 0; i < 2001; ++i) CHECK(big_out[q * 2001 + i] == q * 10000000 + rank * 10000 + i);
+    // In place (alltoall_perf's in-place run), small and large blocks, alone and in a group with a
+    // send/recv ring: every block is the peer's, none overwritten before it was sent.
+    for (int cnt : {20, 2001}) {
+      std::vector<int32_t> ipa(cnt * n), ring_out(64, -1), ring_in(64, rank);
+      for (int q = 0; q < n; ++q)
+        for (int i = 0; i < cnt; ++i) ipa[q * cnt + i] = rank * 10000000 + q * 10000 + i;
+      CHECK_NCCL(ncclGroupStart());
+      CHECK_NCCL(ncclAlltoAll(ipa.data(), ipa.data(), cnt, ncclInt32, c, nullptr));
+      CHECK_NCCL(ncclSend(ring_in.data(), 64, ncclInt32, (rank + 1) % n, c, nullptr));
+      CHECK_NCCL(ncclRecv(ring_out.data(), 64, ncclInt32, (rank + n - 1) % n, c, nullptr));
+      CHECK_NCCL(ncclGroupEnd());
+      for (int q = 0; q < n; ++q)
+        for (int i = 0; i < cnt; ++i) CHECK(ipa[q * cnt + i] == q * 10000000 + rank * 10000 + i);
+      CHECK(ring_out[63] == (rank + n - 1) % n);
+      CHECK_NCCL(ncclAlltoAll(ipa.data(), ipa.data(), cnt, ncclInt32, c, nullptr));  // back again, alone
+      for (int q = 0; q < n; ++q)
+        for (int i = 0; i < cnt; ++i) CHECK(ipa[q * cnt + i] == rank * 10000000 + q * 10000 + i);
+    }
     std::vector<int32_t> g(50 * n, -1);
     CHECK_NCCL(ncclGather(mine.data(), rank == 2 ? g.data() : nullptr, 50, ncclInt32, 2, c, nullptr));
     if (rank == 2)
