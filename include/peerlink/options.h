@@ -200,11 +200,13 @@ struct Options {
   // bytes per peer as grouped send/recv (zero-copy between ranks of one process, the own block
   // copied by the same kernel) instead of the collective's staged push, unless both buffers lie in
   // registered windows (the collective's zero-copy path); 0 = always the collective
-  // (PEERLINK_NCCL_P2P_PLAN_MIN, [0, 2^40]). 4 MB: alltoall_perf -g 2 through the shim on 2x H200
-  // (session 12 call 4), send/recv against the collective, total bytes: 4 MB 15.11 / 14.69 us,
-  // 8 MB 20.90 / 21.81, 64 MB 104.75 / 141.33; between processes the NCCL form's sendrecv of 2 / 8 MB
-  // took 15.53 / 33.06 us against the all_to_all collective's 13.30 / 38.57 at 4 / 16 MB total.
-  size_t nccl_p2p_plan_min = size_t(4) << 20;
+  // (PEERLINK_NCCL_P2P_PLAN_MIN, [0, 2^40]). 8 MB, from nccl-tests -g 2 through the shim on 2x H200
+  // (session 12), send/recv against the collective, 2 ranks, total bytes: alltoall 4 MB 15.11 /
+  // 14.69 us, 8 MB 20.90 / 21.81, 64 MB 104.75 / 141.33 (call 4); all_gather 8 MB 20.87 / 19.98 out
+  // of place, 20.25 / 18.92 in place (call 5), 32 MB 59.63 against 73.16 (session 10). Between
+  // processes the NCCL form's sendrecv of 2 / 8 MB took 15.53 / 33.06 us against the all_to_all
+  // collective's 13.30 / 38.57 at 4 / 16 MB total (call 4).
+  size_t nccl_p2p_plan_min = size_t(8) << 20;
   // Test hook (PEERLINK_NCCL_HOST_BACKEND=1): the shim's communicators use the host backend
   // (device -1, host pointers) whatever the current GPU, so CI drives the C API without a GPU.
   bool nccl_host_backend = false;
