@@ -78,23 +78,28 @@ __device__ __forceinline__ void acquire(const Ctx& x, const uint64_t* f) {
   fence_acq_rel_system();
 }
 
+// A spin's periodic check: true (recorded; on timeout the pair aborts too) when the pair was aborted
+// or the wait began more than Options::timeout before (t0 from now_ns()).
+__device__ __forceinline__ bool wait_failed(const Ctx& x, uint64_t t0) {
+  if (load_volatile(x.abort)) {
+    record_error(x, kErrAborted);  // no-op when this side's failure is already recorded
+    return true;
+  }
+  if (now_ns() - t0 > x.L->timeout_ns) {
+    record_error(x, kErrTimeout);
+    abort_pair(x);
+    return true;
+  }
+  return false;
+}
+
 // Thread 0: waits until *f >= target. False on timeout (recorded; the pair aborts) or abort.
 __device__ bool wait_ge(const Ctx& x, const uint64_t* f, uint64_t target) {
   if (load_volatile(f) >= target) return true;
   uint64_t t0 = now_ns();
   for (uint32_t n = 1;; ++n) {
     if (load_volatile(f) >= target) return true;
-    if ((n & 127) == 0) {
-      if (load_volatile(x.abort)) {
-        record_error(x, kErrAborted);  // no-op when this side's failure is already recorded
-        return false;
-      }
-      if (now_ns() - t0 > x.L->timeout_ns) {
-        record_error(x, kErrTimeout);
-        abort_pair(x);
-        return false;
-      }
-    }
+    if ((n & 127) == 0 && wait_failed(x, t0)) return false;
   }
 }
 

@@ -58,18 +58,8 @@ __device__ int wait_direct_post(const Ctx& x, uint64_t d, uint64_t* addr) {
         return 1;
       }
     }
-    if ((n & 127) == 0) {
-      if (n == 0) t0 = now_ns();
-      if (load_volatile(x.abort)) {
-        record_error(x, kErrAborted);
-        return 0;
-      }
-      if (now_ns() - t0 > x.L->timeout_ns) {
-        record_error(x, kErrTimeout);
-        abort_pair(x);
-        return 0;
-      }
-    }
+    if (n == 0) t0 = now_ns();
+    if ((n & 127) == 127 && wait_failed(x, t0)) return 0;
   }
 }
 

@@ -122,17 +122,7 @@ __device__ int wait_ready_or_ll(const Ctx& x, const uint64_t* ready, uint64_t k,
       return 2;
     }
     if (n == 0) t0 = now_ns();
-    if ((n & 127) == 127) {
-      if (load_volatile(x.abort)) {
-        record_error(x, kErrAborted);
-        return 0;
-      }
-      if (now_ns() - t0 > x.L->timeout_ns) {
-        record_error(x, kErrTimeout);
-        abort_pair(x);
-        return 0;
-      }
-    }
+    if ((n & 127) == 127 && wait_failed(x, t0)) return 0;
   }
 }
 

@@ -249,55 +249,39 @@ void StreamEngine::recv_pub(int peer, uint32_t buf_id, size_t offset, size_t len
 
 void StreamEngine::send_raw(int peer, const void* src, size_t len, void* stream) {
   std::lock_guard<std::recursive_mutex> g(mu_);
-  if (peer == rank_) {
-    if (!src && len > 0) throw InvalidArgument(cat("send to rank ", peer, " (itself): src is null (len ", len, ")"));
-    check_device_memory(host_, src, len, "send to rank ", peer);
-    StreamOp op;
-    op.kind = StreamOpKind::SendRaw;
-    op.peer = peer;
-    op.src = static_cast<const char*>(src);
-    op.len = len;
-    op.stream = stream;
-    return queue_self(std::move(op));
-  }
-  check_peer_usable(peer, "send");
-  if (!src && len > 0) throw InvalidArgument(cat("send to rank ", peer, ": src is null (len ", len, ")"));
+  const bool self = peer == rank_;  // matched with a recv of this rank in the group (queue_self)
+  if (!self) check_peer_usable(peer, "send");
+  if (!src && len > 0)
+    throw InvalidArgument(cat("send to rank ", peer, self ? " (itself)" : "", ": src is null (len ", len, ")"));
   check_device_memory(host_, src, len, "send to rank ", peer);
-  check_pair(peer);
-  bind_peer(peer);
   StreamOp op;
   op.kind = StreamOpKind::SendRaw;
   op.peer = peer;
   op.src = static_cast<const char*>(src);
   op.len = len;
   op.stream = stream;
+  if (self) return queue_self(std::move(op));
+  check_pair(peer);
+  bind_peer(peer);
   submit(std::move(op));
 }
 
 void StreamEngine::recv_raw(int peer, void* dst, size_t len, void* stream) {
   std::lock_guard<std::recursive_mutex> g(mu_);
-  if (peer == rank_) {
-    if (!dst && len > 0) throw InvalidArgument(cat("recv from rank ", peer, " (itself): dst is null (len ", len, ")"));
-    check_device_memory(host_, dst, len, "recv from rank ", peer);
-    StreamOp op;
-    op.kind = StreamOpKind::RecvRaw;
-    op.peer = peer;
-    op.dst = static_cast<char*>(dst);
-    op.len = len;
-    op.stream = stream;
-    return queue_self(std::move(op));
-  }
-  check_peer_usable(peer, "recv");
-  if (!dst && len > 0) throw InvalidArgument(cat("recv from rank ", peer, ": dst is null (len ", len, ")"));
+  const bool self = peer == rank_;  // matched with a send of this rank in the group (queue_self)
+  if (!self) check_peer_usable(peer, "recv");
+  if (!dst && len > 0)
+    throw InvalidArgument(cat("recv from rank ", peer, self ? " (itself)" : "", ": dst is null (len ", len, ")"));
   check_device_memory(host_, dst, len, "recv from rank ", peer);
-  check_pair(peer);
-  bind_peer(peer);
   StreamOp op;
   op.kind = StreamOpKind::RecvRaw;
   op.peer = peer;
   op.dst = static_cast<char*>(dst);
   op.len = len;
   op.stream = stream;
+  if (self) return queue_self(std::move(op));
+  check_pair(peer);
+  bind_peer(peer);
   // Zero-copy candidate between ranks of this process: the peer's kernel may write dst itself only
   // when its GPU reaches it: memory of this rank's device from cudaMalloc (peer access was enabled
   // when the peer mapped our area, which is on this device). VMM and memory-pool memory carry their
