@@ -90,6 +90,10 @@ struct Options {
   // Fault injection for tests: the higher rank of every pair never opens the done_seq channel
   // (PEERLINK_TEST_CHANNEL_NEVER_READY=1), exercising the ring fallback.
   bool test_channel_never_ready = false;
+  // Fault injection for tests: register_window on this rank fails to map its peers' ranges
+  // (PEERLINK_TEST_WINDOW_MAP_FAIL=1), exercising the agreement that the window then has no
+  // zero-copy path on any rank.
+  bool test_window_map_fail = false;
 
   // ---- memory exported by file descriptor (GPU VMM allocations; host memfd memory).
   DescriptorPassing fd_passing = DescriptorPassing::Auto;  // PEERLINK_FD_PASSING=auto|pidfd|socket

@@ -22,9 +22,10 @@ namespace peerlink {
 // Collective: every rank calls it, in the same order, with its own range [ptr, ptr+bytes) of memory
 // the communicator can export (GPU: any device allocation of its device; host backend: memory from
 // Communicator::alloc). Sizes may differ per rank. Returns the window's id (> 0), the same on every
-// rank. Memory that some rank cannot export (e.g. host memory from malloc) still registers: the
-// window then never takes the zero-copy path (window_zero_copy() is false) and collectives on it
-// run as on any buffer. Blocks until every rank registered (bounded by Options::timeout).
+// rank. Memory that some rank cannot export (e.g. host memory from malloc), or that some rank
+// cannot map, still registers: the window then never takes the zero-copy path on any rank
+// (window_zero_copy() is false; a mapping failure is logged at WARN) and collectives on it run as
+// on any buffer. Blocks until every rank registered (bounded by Options::timeout).
 // Throws InvalidArgument (null ptr, 0 bytes, a range overlapping a registered window), and what the
 // exchange throws (TimeoutError, PeerLostError).
 uint64_t register_window(Communicator& comm, void* ptr, size_t bytes);

@@ -67,24 +67,49 @@ uint64_t register_window(Communicator& comm, void* ptr, size_t bytes) {
   st.windows.next_id++;  // the exchange happened on every rank: ids stay in step from here
   w.peer_base[st.rank] = w.base;
   w.peer_bytes[st.rank] = bytes;
+  std::string map_error;  // this rank could not map a peer's range: why
   if (every) {
+    try {
+      if (svc.options().test_window_map_fail) throw Error("mapping refused (PEERLINK_TEST_WINDOW_MAP_FAIL)");
+      for (int p = 0; p < st.world; ++p) {
+        if (p == st.rank) continue;
+        gpu::MemHandle h;
+        char* base = coll::open_peer_checked(svc, p, all[p].handle, &h, "register_window");
+        w.maps[p] = coll::PeerMapping(&svc, p, h);
+        w.peer_base[p] = base + all[p].offset;
+        w.peer_bytes[p] = all[p].bytes;
+      }
+    } catch (const Error& e) {  // not thrown on: the peers learn it below instead of waiting for us
+      map_error = e.what();
+    }
+  }
+  // Every rank reports whether it mapped every range, and none returns before all did: a rank may
+  // deregister and free its range right after the call (a peer still fetching that export would
+  // fail), and all agree on the zero-copy path (its tags must match on every rank). Statuses come
+  // from peers: anything but 1 counts as a failure.
+  const uint32_t mapped = every && map_error.empty() ? 1u : 0u;
+  std::unique_ptr<uint32_t[]> statuses(new uint32_t[st.world]);
+  svc.allgather(&mapped, sizeof mapped, statuses.get());
+  std::string failed;
+  for (int p = 0; p < st.world; ++p)
+    if (statuses[p] != 1u) failed += common::cat(failed.empty() ? "" : ", ", p);
+  w.zero_copy = every && failed.empty();
+  if (every && !w.zero_copy) {
     for (int p = 0; p < st.world; ++p) {
       if (p == st.rank) continue;
-      gpu::MemHandle h;
-      char* base = coll::open_peer_checked(svc, p, all[p].handle, &h, "register_window");
-      w.maps[p] = coll::PeerMapping(&svc, p, h);
-      w.peer_base[p] = base + all[p].offset;
-      w.peer_bytes[p] = all[p].bytes;
+      w.maps[p].reset();
+      w.peer_base[p] = nullptr;
+      w.peer_bytes[p] = 0;
     }
-    w.zero_copy = true;
+    common::log_line(LogLevel::Warn, svc.options().log_level,
+                     common::cat("register_window (rank ", st.rank, "): window ", w.id, " has no zero-copy path: rank(s) ",
+                                 failed, " could not map every peer's range",
+                                 map_error.empty() ? std::string() : common::cat(" (here: ", map_error, ")")));
   }
-  // Every rank has mapped every range before any returns: a rank may deregister and free its range
-  // right after the call, and a peer still fetching that export would fail (descriptor closed).
-  svc.barrier();
   common::log_line(LogLevel::Info, svc.options().log_level,
                    common::cat("register_window (rank ", st.rank, "): window ", w.id, " [", ptr, ", +", bytes, ") ",
-                               every ? "zero-copy capable (every rank's range mapped)"
-                                     : "registered without zero-copy (a rank could not export its range)"));
+                               w.zero_copy ? "zero-copy capable (every rank's range mapped)"
+                                           : "registered without zero-copy (a rank could not export or map a range)"));
   const uint64_t id = w.id;
   st.windows.wins.push_back(std::move(w));
   return id;

@@ -220,6 +220,8 @@ Options Options::from_env() {
   if (const char* v = env(kKernelCopyMax.var)) o.kernel_copy_max = static_cast<size_t>(parse_int(kKernelCopyMax, v));
   if (const char* v = env("PEERLINK_TEST_CHANNEL_NEVER_READY"))
     o.test_channel_never_ready = parse_bool("PEERLINK_TEST_CHANNEL_NEVER_READY", v);
+  if (const char* v = env("PEERLINK_TEST_WINDOW_MAP_FAIL"))
+    o.test_window_map_fail = parse_bool("PEERLINK_TEST_WINDOW_MAP_FAIL", v);
   if (const char* v = env("PEERLINK_FD_PASSING")) {
     std::string s = lower(v);
     if (s == "auto") o.fd_passing = DescriptorPassing::Auto;

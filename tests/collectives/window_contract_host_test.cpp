@@ -160,6 +160,35 @@ TEST(CollWindowHost, RegisterThenFreeAtOnce) {
   EXPECT_TRUE(leftover_segments(uid).empty());
 }
 
+// Rank 1 cannot map its peers' ranges (fault injection): register_window still returns on every
+// rank, promptly, with the same id, and the window has no zero-copy path anywhere (the ranks
+// agree, so collectives on it take the push path and are correct).
+TEST(CollWindowHost, MappingFailureOnOneRankMeansNoZeroCopyAnywhere) {
+  std::string uid = unique_test_id("cowin-mapfail");
+  std::string fail = run_ranks(3, [&](int rank) {
+    peerlink::Options o = wopts("", 1, 5000);
+    o.test_window_map_fail = rank == 1;
+    Communicator comm(uid, rank, 3, peerlink::kHostDevice, o);
+    const size_t n = 1000;
+    auto* dst = static_cast<int32_t*>(comm.alloc(n * 3 * sizeof(int32_t)));
+    const auto t0 = std::chrono::steady_clock::now();
+    const uint64_t id = peerlink::register_window(comm, dst, n * 3 * sizeof(int32_t));
+    MP_CHECK_MSG(std::chrono::steady_clock::now() - t0 < ms(3000), "register_window waited for a timeout");
+    MP_CHECK(id == 1);
+    MP_CHECK_MSG(!peerlink::window_zero_copy(comm, dst, 16), "rank " << rank << " kept a zero-copy window");
+    std::vector<int32_t> src(n);
+    for (size_t i = 0; i < n; ++i) src[i] = rank * 100000 + int32_t(i);
+    peerlink::all_gather(comm, src.data(), dst, n, DataType::I32);  // auto: the push path
+    for (int q = 0; q < 3; ++q)
+      for (size_t i = 0; i < n; i += 97) MP_CHECK(dst[q * n + i] == q * 100000 + int32_t(i));
+    peerlink::deregister_window(comm, id);
+    comm.free(dst);
+    comm.barrier();
+  });
+  EXPECT_EQ(fail, "");
+  EXPECT_TRUE(leftover_segments(uid).empty());
+}
+
 // Contract violation, detected in the same call. Variant 0: rank 1's recvbuf at another offset,
 // in bounds everywhere; 1: in another window at the same offset; 2: at another offset such that
 // rank 1's pieces would run past rank 0's (4 KB smaller) window. First error InvalidArgument on at
