@@ -173,6 +173,23 @@ __device__ void part_copy(char* dst, const char* src, uint64_t n, bool fresh, in
     dst[i] = fresh ? *reinterpret_cast<const volatile char*>(src + i) : src[i];
 }
 
+// Thread 0 of each of the channel's blocks, after a __syncthreads that follows the block's stores
+// of one message: true for the last block to get here (every block's stores are then visible to it,
+// acquired), which publishes the message. `arrive` is the message's count in this rank's area (a
+// ring entry): the last block resets it, and the caller's ring guarantees that no block counts for
+// the entry's next message before the publication it is about to make was seen.
+__device__ bool last_to_arrive(const Ctx& x, uint64_t* arrive) {
+  if (x.nb == 1) return true;
+  // Our block's NVLink stores (ordered before this thread by the barrier) are visible system-wide
+  // before the count says so; the last block's acquire below then orders them before its flag.
+  fence_system();
+  unsigned long long* a = reinterpret_cast<unsigned long long*>(arrive);
+  if (atomicAdd(a, 1ull) != uint64_t(x.nb - 1)) return false;
+  atomicExch(a, 0ull);
+  fence_acq_rel_system();
+  return true;
+}
+
 // Every block of the channel calls this once when it leaves (after its __syncthreads); the last one
 // runs `last` (writes the channel's counters: every block has read them by then) and re-arms the
 // exit count for the next launch.

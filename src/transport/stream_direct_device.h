@@ -69,17 +69,9 @@ __device__ void send_direct(const Ctx& x, const DevOp& op, char* dst, uint64_t d
   part_copy(dst, op.src, op.len, false, x.blk, x.nb);
   __syncthreads();
   if (threadIdx.x != 0) return;
-  bool last = true;
-  if (x.nb > 1) {
-    fence_system();  // this block's NVLink stores, ordered before this thread by the barrier
-    unsigned long long* a = reinterpret_cast<unsigned long long*>(&x.c->mine->direct_arrive[d % kDirectRing]);
-    last = atomicAdd(a, 1ull) == uint64_t(x.nb - 1);
-    if (last) {
-      atomicExch(a, 0ull);  // message d + kDirectRing is posted only after the receiver saw d
-      fence_acq_rel_system();
-    }
-  }
-  if (last) store_release_system(&x.c->remote->direct_done.v, d);
+  // Message d + kDirectRing is posted only after the receiver saw direct_done = d.
+  if (last_to_arrive(x, &x.c->mine->direct_arrive[d % kDirectRing]))
+    store_release_system(&x.c->remote->direct_done.v, d);
 }
 
 // Receiver, thread `poster` of block 0: where message d goes (0: staged).

@@ -87,21 +87,9 @@ __device__ void send_pub(const Ctx& x, uint64_t aborted) {
     if (s_ok) part_copy(op.dst, op.src, op.len, false, x.blk, x.nb);  // mismatch: nothing written
     __syncthreads();
     if (threadIdx.x == 0) {
-      bool last = true;
-      if (x.nb > 1) {
-        // Our block's NVLink stores (ordered before this thread by the barrier) are visible system-wide
-        // before the count says so; the last block's acquire below then orders them before pub_ready.
-        fence_system();
-        unsigned long long* a = reinterpret_cast<unsigned long long*>(&c.mine->pub_arrive[k % kDescRing]);
-        last = atomicAdd(a, 1ull) == uint64_t(x.nb - 1);
-        if (last) {
-          // Message k + kDescRing is posted only after the receiver saw pub_ready = k (below): no
-          // block can count for it before this reset.
-          atomicExch(a, 0ull);
-          fence_acq_rel_system();
-        }
-      }
-      if (last) {
+      // Message k + kDescRing is posted only after the receiver saw pub_ready = k (below): no block
+      // can count for it before the last one's reset.
+      if (last_to_arrive(x, &c.mine->pub_arrive[k % kDescRing])) {
         volatile ReadyDesc& d = c.remote->ready[k % kDescRing];
         d.seq = k;
         d.offset = op.offset;
