@@ -58,6 +58,8 @@ void event_destroy(Event e);
 // Graph capture of one stream (thread-local capture mode), then launch the instantiated graph.
 using Graph = void*;
 void begin_capture(Stream s);
+// True while `s` is being captured into a graph (cudaStreamIsCapturing); false in host-only builds.
+bool is_capturing(Stream s);
 // Ends the capture and instantiates it; throws Error (capture invalidated) after the stream left
 // capture mode.
 Graph end_capture(Stream s);

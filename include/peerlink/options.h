@@ -154,6 +154,14 @@ struct Options {
   // every SM (allreduce_blocks / allreduce_threads override its grid), 1 = copy engines, each push
   // split over coll_ce_lanes streams.
   int coll_zero_copy_ce = 0;
+  // Zero-copy for buffers nobody registered, in CUDA graphs (NCCL_GRAPH_REGISTER's model;
+  // PEERLINK_COLL_GRAPH_REGISTER): a collective captured into a graph whose zero-copy buffer is in no
+  // window, and whose pieces are large enough for the zero-copy path, registers that buffer as a
+  // window of its own on every rank while being captured (one host exchange, at capture time only);
+  // the window lives as long as the graphs that captured it. 1 = on (default); 0 = off; 2 = also on
+  // eager calls (each such call then exchanges on the host: for tests). With it on, every rank must
+  // capture the collectives that any rank captures (as the ranks of a CUDA-graph program do).
+  int coll_graph_register = 1;
   // ---- stream-ordered send/recv on GPUs (transport/stream_*). Programmatic dependent launch of its
   // kernels (PEERLINK_STREAM_PDL=0|1); -1 = on for compute capability >= 9.0, never below. A user
   // kernel launched with PDL after a recv must call cudaGridDependencySynchronize() before reading

@@ -74,6 +74,7 @@ CollState::~CollState() {
   } catch (...) {
   }
   windows.wins.clear();  // the peers' windows, unmapped on this device (PeerMapping)
+  graph_windows.wins.clear();  // a graph still holding one must not be replayed after close()
   for (int p = 0; p < world; ++p) {
     if (p == rank) continue;
     try {

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 
+#include "collectives/graph_windows.h"
 #include "collectives/layout.h"
 #include "collectives/window_table.h"
 #include "gpu/backend.h"
@@ -65,6 +66,8 @@ struct CollState {
   gpu::EventOwner ce_events[kCeEvents];
   // Registered windows (windows.cpp; peerlink/windows.h): guarded by mu.
   WindowTable windows;
+  // Windows of captured collectives' unregistered buffers (graph_windows.h): guarded by mu.
+  GraphWindowTable graph_windows;
 
   ~CollState();
 };

@@ -97,6 +97,31 @@ const void* zc_buffer(const coll::CollDesc& d, const void* src, const void* dst,
   return coll::reducing(d.kind) ? src : dst;
 }
 
+// Auto takes the zero-copy path for pieces this large (and forced zero-copy always does).
+bool zc_wanted(const Options& o, const Call& c) {
+  CollAlgo forced = parse_coll_algo(algo_field(o, c.d.kind));
+  if (forced == CollAlgo::ZeroCopy) return true;
+  const size_t piece_bytes = coll::local_max_piece(c.d) * c.d.elem;
+  return forced == CollAlgo::Auto && o.coll_zero_copy_min > 0 &&
+         piece_bytes >= (coll::reducing(c.d.kind) ? pull_min(c.d.kind) : o.coll_zero_copy_min);
+}
+
+// Options::coll_graph_register: a zero-copy buffer in no registered window gets a window of its
+// own when the call is captured into a graph (or, with 2, on every call) and the zero-copy path
+// would take it. Every input of this choice is the same on every rank (the counts, the options,
+// being captured: graph_windows.h); a buffer in a window that is not zero-copy keeps that window.
+const coll::Window* graph_window_for(coll::CollState& st, const Call& c, const void* buf, size_t bytes,
+                                     const coll::Window* w, void* stream) {
+  const Options& o = st.svc->options();
+  if (!st.graph_windows.wins.empty()) coll::release_unheld_graph_windows(st);
+  if (w || !buf || o.coll_graph_register == 0 || st.world < 2 || !zc_kind(c.d.kind) || c.d.count == 0 ||
+      !zc_wanted(o, c))
+    return w;
+  const bool capturing = !st.host && gpu::stream_is_capturing(stream);
+  if (!capturing && o.coll_graph_register != 2) return w;
+  return coll::graph_window(st, buf, bytes, capturing ? stream : nullptr);
+}
+
 // Zero-copy: recvbuf (moving kinds) or sendbuf (reducing kinds) in a registered window
 // (peerlink/windows.h) that every rank mapped; the window contract makes this choice the same on
 // every rank. Auto takes it for the moving kinds from Options::coll_zero_copy_min bytes per piece
@@ -119,9 +144,7 @@ CollAlgo choose(const coll::CollState& st, const Call& c, const coll::Window* w)
     }
     return CollAlgo::ZeroCopy;
   }
-  if (forced == CollAlgo::Auto && zc_ok && o.coll_zero_copy_min > 0 &&
-      piece_bytes >= (coll::reducing(c.d.kind) ? pull_min(c.d.kind) : o.coll_zero_copy_min))
-    return CollAlgo::ZeroCopy;
+  if (forced == CollAlgo::Auto && zc_ok && zc_wanted(o, c)) return CollAlgo::ZeroCopy;
   // An empty piece still sends a token line: LL needs an LL area (allreduce_ll_max > 0).
   if (forced == CollAlgo::LL) {
     if (piece_bytes > st.ll_max || st.ll_max == 0)
@@ -191,6 +214,7 @@ void run(Communicator& comm, Call& c, void* stream) {
   size_t zc_bytes = 0;
   const void* zc_buf = zc_buffer(c.d, c.src, c.dst, &zc_bytes);
   const coll::Window* w = zc_kind(c.d.kind) && zc_buf ? st.windows.find(zc_buf, zc_bytes) : nullptr;
+  w = graph_window_for(st, c, zc_buf, zc_bytes, w, stream);
   CollAlgo algo = choose(st, c, w);
   // Nothing moves, on any rank (counts are equal everywhere); all_to_all_v always runs (a rank
   // with nothing to move still takes part in the others' steps).

@@ -45,6 +45,11 @@ struct Window {
   }
 };
 
+struct CollState;
+// Registers [ptr, +bytes) on every rank as one window (collective; windows.cpp). The caller holds
+// st.mu and keeps the result; `who` names it in logs and errors.
+Window register_range(CollState& st, void* ptr, size_t bytes, const char* who);
+
 struct WindowTable {
   uint64_t next_id = 1;  // ids advance alike on every rank (registration is collective)
   std::vector<Window> wins;

@@ -1,7 +1,8 @@
 // register_window / deregister_window / window_zero_copy (peerlink/windows.h): every rank exports
 // its range, the records travel through the bootstrap allgather (untrusted: window_record.h), and
-// each rank maps the others' ranges once. The zero-copy collectives that use them are in
-// coll_zero_copy.cpp.
+// each rank maps the others' ranges once (register_range, shared with the windows that captured
+// collectives make for themselves: graph_windows.cpp). The zero-copy collectives that use them are
+// in coll_zero_copy.cpp.
 #include <memory>
 
 #include "collectives/coll_state.h"
@@ -16,28 +17,17 @@ namespace coll {
 
 static_assert(sizeof(WindowRecord) <= Communicator::kMaxAllgatherBytes, "allgather slot");
 
-}  // namespace coll
-
-uint64_t register_window(Communicator& comm, void* ptr, size_t bytes) {
-  if (!ptr || bytes == 0)
-    throw InvalidArgument(common::cat("register_window: ptr ", ptr, " and ", bytes, " bytes (need a non-null range)"));
-  auto call = detail::services(comm).begin("register_window");
-  coll::CollState& st = coll::coll_state(comm);
-  std::lock_guard<std::mutex> g(st.mu);
-  coll::check_collective_error(st);
-  for (const coll::Window& w : st.windows.wins) {
-    auto a = reinterpret_cast<uintptr_t>(ptr), b = reinterpret_cast<uintptr_t>(w.base);
-    if (a < b + w.bytes && b < a + bytes)
-      throw InvalidArgument(common::cat("register_window: [", ptr, ", +", bytes, ") overlaps window ", w.id, " [",
-                                        static_cast<void*>(w.base), ", +", w.bytes, ")"));
-  }
+// Every rank exports [ptr, +bytes), the records travel through the allgather, every rank maps the
+// others' ranges and all agree on zero-copy (a second allgather of the mapping statuses). Collective;
+// the caller holds st.mu. `who` names the caller in logs and errors.
+Window register_range(CollState& st, void* ptr, size_t bytes, const char* who) {
   detail::CommServices& svc = *st.svc;
   gpu::DeviceGuard dg(st.host ? -1 : st.device);
-  coll::Window w;
+  Window w;
   w.id = st.windows.next_id;
   w.base = static_cast<char*>(ptr);
   w.bytes = bytes;
-  coll::WindowRecord mine;
+  WindowRecord mine;
   mine.rank = st.rank;
   mine.id = w.id;
   mine.bytes = bytes;
@@ -51,17 +41,17 @@ uint64_t register_window(Communicator& comm, void* ptr, size_t bytes) {
     mine.offset = 0;
     mine.exported = 0;
     common::log_line(LogLevel::Info, svc.options().log_level,
-                     common::cat("register_window (rank ", st.rank, "): window ", w.id, " [", ptr, ", +", bytes,
+                     common::cat(who, " (rank ", st.rank, "): window ", w.id, " [", ptr, ", +", bytes,
                                  ") is not exportable, no zero-copy path: ", e.what()));
   }
-  std::unique_ptr<coll::WindowRecord[]> all(new coll::WindowRecord[st.world]);
+  std::unique_ptr<WindowRecord[]> all(new WindowRecord[st.world]);
   svc.allgather(&mine, sizeof mine, all.get());
-  coll::WindowExpect expect;
+  WindowExpect expect;
   expect.id = w.id;
   expect.host = st.host;
   bool every = true;
   for (int p = 0; p < st.world; ++p) {
-    all[p] = coll::parse_window_record(&all[p], sizeof(coll::WindowRecord), p, expect);
+    all[p] = parse_window_record(&all[p], sizeof(WindowRecord), p, expect);
     every = every && all[p].exported == 1;
   }
   st.windows.next_id++;  // the exchange happened on every rank: ids stay in step from here
@@ -74,8 +64,8 @@ uint64_t register_window(Communicator& comm, void* ptr, size_t bytes) {
       for (int p = 0; p < st.world; ++p) {
         if (p == st.rank) continue;
         gpu::MemHandle h;
-        char* base = coll::open_peer_checked(svc, p, all[p].handle, &h, "register_window");
-        w.maps[p] = coll::PeerMapping(&svc, p, h);
+        char* base = open_peer_checked(svc, p, all[p].handle, &h, who);
+        w.maps[p] = PeerMapping(&svc, p, h);
         w.peer_base[p] = base + all[p].offset;
         w.peer_bytes[p] = all[p].bytes;
       }
@@ -102,14 +92,33 @@ uint64_t register_window(Communicator& comm, void* ptr, size_t bytes) {
       w.peer_bytes[p] = 0;
     }
     common::log_line(LogLevel::Warn, svc.options().log_level,
-                     common::cat("register_window (rank ", st.rank, "): window ", w.id, " has no zero-copy path: rank(s) ",
+                     common::cat(who, " (rank ", st.rank, "): window ", w.id, " has no zero-copy path: rank(s) ",
                                  failed, " could not map every peer's range",
                                  map_error.empty() ? std::string() : common::cat(" (here: ", map_error, ")")));
   }
   common::log_line(LogLevel::Info, svc.options().log_level,
-                   common::cat("register_window (rank ", st.rank, "): window ", w.id, " [", ptr, ", +", bytes, ") ",
+                   common::cat(who, " (rank ", st.rank, "): window ", w.id, " [", ptr, ", +", bytes, ") ",
                                w.zero_copy ? "zero-copy capable (every rank's range mapped)"
                                            : "registered without zero-copy (a rank could not export or map a range)"));
+  return w;
+}
+
+}  // namespace coll
+
+uint64_t register_window(Communicator& comm, void* ptr, size_t bytes) {
+  if (!ptr || bytes == 0)
+    throw InvalidArgument(common::cat("register_window: ptr ", ptr, " and ", bytes, " bytes (need a non-null range)"));
+  auto call = detail::services(comm).begin("register_window");
+  coll::CollState& st = coll::coll_state(comm);
+  std::lock_guard<std::mutex> g(st.mu);
+  coll::check_collective_error(st);
+  for (const coll::Window& w : st.windows.wins) {
+    auto a = reinterpret_cast<uintptr_t>(ptr), b = reinterpret_cast<uintptr_t>(w.base);
+    if (a < b + w.bytes && b < a + bytes)
+      throw InvalidArgument(common::cat("register_window: [", ptr, ", +", bytes, ") overlaps window ", w.id, " [",
+                                        static_cast<void*>(w.base), ", +", w.bytes, ")"));
+  }
+  coll::Window w = coll::register_range(st, ptr, bytes, "register_window");
   const uint64_t id = w.id;
   st.windows.wins.push_back(std::move(w));
   return id;

@@ -51,6 +51,7 @@ float elapsed_ms(Event start, Event end) { return gpu::event_elapsed_ms(start, e
 void event_destroy(Event e) { gpu::event_destroy(e); }
 
 void begin_capture(Stream s) { gpu::stream_begin_capture(s); }
+bool is_capturing(Stream s) { return gpu::stream_is_capturing(s); }
 Graph end_capture(Stream s) { return gpu::stream_end_capture(s); }
 void graph_launch(Graph g, Stream s) { gpu::graph_launch(g, s); }
 void graph_destroy(Graph g) { gpu::graph_destroy(g); }

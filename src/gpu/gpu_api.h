@@ -33,6 +33,7 @@ using Graph = PL_RT_(Graph_t);
 using GraphExec = PL_RT_(GraphExec_t);
 using IpcMemHandle = PL_RT_(IpcMemHandle_t);
 using StreamCaptureStatus = PL_RT_(StreamCaptureStatus);
+using UserObject = PL_RT_(UserObject_t);
 
 inline constexpr const char* kRuntimeName = PL_RT_PREFIX_;  // "cuda" or "hip"
 inline constexpr Error kSuccess = PL_RT_(Success);
@@ -45,6 +46,9 @@ inline constexpr unsigned kIpcMemLazyEnablePeerAccess = PL_RT_(IpcMemLazyEnableP
 inline constexpr unsigned kHostRegisterPortableMapped = PL_RT_(HostRegisterPortable) | PL_RT_(HostRegisterMapped);
 inline constexpr auto kStreamCaptureModeThreadLocal = PL_RT_(StreamCaptureModeThreadLocal);
 inline constexpr auto kStreamCaptureStatusNone = PL_RT_(StreamCaptureStatusNone);
+inline constexpr auto kStreamCaptureStatusActive = PL_RT_(StreamCaptureStatusActive);
+inline constexpr unsigned kUserObjectNoDestructorSync = PL_RT_(UserObjectNoDestructorSync);
+inline constexpr unsigned kGraphUserObjectMove = PL_RT_(GraphUserObjectMove);
 inline constexpr auto kMemoryTypeDevice = PL_RT_(MemoryTypeDevice);
 #if defined(PEERLINK_HIP)
 using PointerAttributes = hipPointerAttribute_t;
@@ -110,6 +114,10 @@ PL_RT_MAP_(StreamWaitEvent)
 PL_RT_MAP_(StreamIsCapturing)
 PL_RT_MAP_(StreamBeginCapture)
 PL_RT_MAP_(StreamEndCapture)
+PL_RT_MAP_(StreamGetCaptureInfo)
+PL_RT_MAP_(UserObjectCreate)
+PL_RT_MAP_(UserObjectRelease)
+PL_RT_MAP_(GraphRetainUserObject)
 PL_RT_MAP_(EventCreate)
 PL_RT_MAP_(EventCreateWithFlags)
 PL_RT_MAP_(EventDestroy)

@@ -104,6 +104,14 @@ float event_elapsed_ms(Event start, Event end);  // both recorded and complete
 namespace peerlink::gpu {
 // True while `s` is being captured into a graph (then nothing host-synchronous may run on it).
 bool stream_is_capturing(Stream s);
+// The id of the capture under way on `s` (unique in the process), 0 when `s` is not capturing.
+uint64_t capture_id(Stream s);
+// While `s` is being captured: the graph under capture, and every executable graph instantiated
+// from it, hold one reference (a CUDA user object) that calls release(arg) once the last of them is
+// destroyed and their launches have completed; release runs on a runtime thread and must not call
+// the runtime. False when `s` is not capturing (release is never called). Throws GpuError when the
+// runtime refuses; release(arg) has then run, or will run, once.
+bool capture_retain(Stream s, void (*release)(void*), void* arg);
 // Pinned host memory mapped into the device address space (the device writes, the host reads
 // without any runtime call): error words of stream-ordered collectives. Zeroed.
 void* host_alloc_mapped(size_t bytes);

@@ -319,6 +319,35 @@ bool stream_is_capturing(Stream s) {
   CALL(StreamIsCapturing, rs(s), &st);
   return st != rt::kStreamCaptureStatusNone;
 }
+uint64_t capture_id(Stream s) {
+  rt::StreamCaptureStatus st = rt::kStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  CALL(StreamGetCaptureInfo, rs(s), &st, &id);
+  return st == rt::kStreamCaptureStatusActive ? static_cast<uint64_t>(id) : 0;
+}
+bool capture_retain(Stream s, void (*release)(void*), void* arg) {
+  rt::StreamCaptureStatus st = rt::kStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  rt::Graph graph = nullptr;
+#if defined(PEERLINK_HIP)
+  rt::check(hipStreamGetCaptureInfo_v2(rs(s), &st, &id, &graph, nullptr, nullptr), "hipStreamGetCaptureInfo_v2");
+#else
+  CALL(StreamGetCaptureInfo, rs(s), &st, &id, &graph);
+#endif
+  if (st != rt::kStreamCaptureStatusActive || !graph) return false;
+  rt::UserObject obj = nullptr;
+  rt::Error e = rt::UserObjectCreate(&obj, arg, release, 1u, rt::kUserObjectNoDestructorSync);
+  if (e != rt::kSuccess) {
+    release(arg);  // nobody else will
+    rt::throw_error(e, rt::UserObjectCreate_name);
+  }
+  e = rt::GraphRetainUserObject(graph, obj, 1u, rt::kGraphUserObjectMove);
+  if (e != rt::kSuccess) {
+    (void)rt::UserObjectRelease(obj, 1u);  // our reference: dropping it runs release(arg)
+    rt::throw_error(e, rt::GraphRetainUserObject_name);
+  }
+  return true;
+}
 void* host_alloc_mapped(size_t bytes) {
   void* p = nullptr;
   CALL(HostAlloc, &p, bytes, rt::kHostAllocMappedFlags);

@@ -15,7 +15,7 @@ PL_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, 
     const bool p2p = use_p2p_plan(comm, b, sendbuff, b, recvbuff, b * comm->nranks);
     if (!p2p && comm->nranks <= 8 && pl_dtype(datatype, ncclSum, &dt)) {
       say(comm, what, "peerlink all_gather");
-      return on_peerlink(comm, what, OpKind::Collective,
+      return on_peerlink(comm, what, OpKind::Collective, stream,
                          [=] { all_gather(*comm->pl, sendbuff, recvbuff, sendcount, dt, stream); });
     }
 #endif
@@ -23,7 +23,7 @@ PL_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, 
   if (comm->route == Route::Peerlink && !comm->p2p_forward) {  // the p2p plan
     say(comm, what, "peerlink send/recv");
     size_t b = sendcount * type_size(datatype);
-    return on_peerlink(comm, what, OpKind::P2p, [=] {
+    return on_peerlink(comm, what, OpKind::P2p, stream, [=] {
       char* out = static_cast<char*>(recvbuff);
       for (int q = 0; q < comm->nranks; ++q) {
         if (q == comm->rank) continue;
@@ -51,7 +51,7 @@ PL_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, s
     const bool p2p = use_p2p_plan(comm, b, sendbuff, b * comm->nranks, recvbuff, b * comm->nranks);
     if (!p2p && comm->nranks <= 8 && pl_dtype(datatype, ncclSum, &dt)) {
       say(comm, what, "peerlink all_to_all");
-      return on_peerlink(comm, what, OpKind::Collective,
+      return on_peerlink(comm, what, OpKind::Collective, stream,
                          [=] { all_to_all(*comm->pl, sendbuff, recvbuff, count, dt, stream); });
     }
 #endif
@@ -62,7 +62,7 @@ PL_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, s
     // the sends read it through `src` (group.cpp stage_overlapping_sends), so no block lands
     // before it was sent; the own block then stays where it is.
     auto src = std::make_shared<const void*>(sendbuff);
-    Op o = peerlink_op(comm, what, OpKind::P2p, [=] {
+    Op o = peerlink_op(comm, what, OpKind::P2p, stream, [=] {
       const char* in = static_cast<const char*>(*src);
       char* out = static_cast<char*>(recvbuff);
       for (int q = 0; q < comm->nranks; ++q) {
@@ -95,7 +95,7 @@ PL_NCCL_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, siz
   if (comm->route == Route::Peerlink && !comm->p2p_forward) {
     say(comm, what, "peerlink send/recv");
     size_t b = count * type_size(datatype);
-    return on_peerlink(comm, what, OpKind::P2p, [=] {
+    return on_peerlink(comm, what, OpKind::P2p, stream, [=] {
       if (comm->rank != root) return p2p_send(comm, root, sendbuff, b, stream);
       char* out = static_cast<char*>(recvbuff);
       for (int q = 0; q < comm->nranks; ++q)
@@ -116,7 +116,7 @@ PL_NCCL_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, si
   if (comm->route == Route::Peerlink && !comm->p2p_forward) {
     say(comm, what, "peerlink send/recv");
     size_t b = count * type_size(datatype);
-    return on_peerlink(comm, what, OpKind::P2p, [=] {
+    return on_peerlink(comm, what, OpKind::P2p, stream, [=] {
       if (comm->rank != root) return p2p_recv(comm, root, recvbuff, b, stream);
       const char* in = static_cast<const char*>(sendbuff);
       for (int q = 0; q < comm->nranks; ++q)

@@ -32,7 +32,7 @@ PL_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, 
   // peerlink's allreduce serves up to 8 ranks (one node's GPUs; UnsupportedError beyond).
   if (comm->route == Route::Peerlink && comm->nranks <= 8 && pl_dtype(datatype, op, &dt) && pl_op(op, &rop)) {
     say(comm, what, "peerlink allreduce");
-    return on_peerlink(comm, what, OpKind::Collective, [=] {
+    return on_peerlink(comm, what, OpKind::Collective, stream, [=] {
       allreduce(*comm->pl, sendbuff, recvbuff, count, dt, rop, stream);
     });
   }
@@ -52,7 +52,7 @@ PL_NCCL_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDat
   say(comm, what, "peerlink send");
   size_t bytes = count * type_size(datatype);
   auto src = std::make_shared<const void*>(sendbuff);
-  Op o = peerlink_op(comm, what, OpKind::P2p, [=] { p2p_send(comm, peer, *src, bytes, stream); });
+  Op o = peerlink_op(comm, what, OpKind::P2p, stream, [=] { p2p_send(comm, peer, *src, bytes, stream); });
   o.send_src = static_cast<const char*>(sendbuff);
   o.send_bytes = bytes;
   o.stream = stream;
@@ -70,7 +70,7 @@ PL_NCCL_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_
     }, OpKind::P2p);
   say(comm, what, "peerlink recv");
   size_t bytes = count * type_size(datatype);
-  Op o = peerlink_op(comm, what, OpKind::P2p, [=] { p2p_recv(comm, peer, recvbuff, bytes, stream); });
+  Op o = peerlink_op(comm, what, OpKind::P2p, stream, [=] { p2p_recv(comm, peer, recvbuff, bytes, stream); });
   o.recv_dst = static_cast<char*>(recvbuff);
   o.recv_bytes = bytes;
   return submit(std::move(o));
@@ -86,7 +86,7 @@ PL_NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, 
     DataType dt;
     if (comm->nranks <= 8 && pl_dtype(datatype, ncclSum, &dt)) {  // any dtype of the same size would do: no arithmetic
       say(comm, what, "peerlink broadcast");
-      return on_peerlink(comm, what, OpKind::Collective,
+      return on_peerlink(comm, what, OpKind::Collective, stream,
                          [=] { broadcast(*comm->pl, sendbuff, recvbuff, count, dt, root, stream); });
     }
 #endif
@@ -94,7 +94,7 @@ PL_NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, 
   if (comm->route == Route::Peerlink && !comm->p2p_forward) {  // the p2p plan
     say(comm, what, "peerlink send/recv");
     size_t bytes = count * type_size(datatype);
-    return on_peerlink(comm, what, OpKind::P2p, [=] {
+    return on_peerlink(comm, what, OpKind::P2p, stream, [=] {
       if (comm->rank != root) return p2p_recv(comm, root, recvbuff, bytes, stream);
       for (int q = 0; q < comm->nranks; ++q)
         if (q != root) p2p_send(comm, q, sendbuff, bytes, stream);
@@ -121,7 +121,7 @@ PL_NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, siz
   ReduceOp rop;
   if (comm->route == Route::Peerlink && comm->nranks <= 8 && pl_dtype(datatype, op, &dt) && pl_op(op, &rop)) {
     say(comm, what, "peerlink reduce");
-    return on_peerlink(comm, what, OpKind::Collective,
+    return on_peerlink(comm, what, OpKind::Collective, stream,
                        [=] { reduce(*comm->pl, sendbuff, recvbuff, count, dt, rop, root, stream); });
   }
 #endif
@@ -140,7 +140,7 @@ PL_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbu
   ReduceOp rop;
   if (comm->route == Route::Peerlink && comm->nranks <= 8 && pl_dtype(datatype, op, &dt) && pl_op(op, &rop)) {
     say(comm, what, "peerlink reduce_scatter");
-    return on_peerlink(comm, what, OpKind::Collective,
+    return on_peerlink(comm, what, OpKind::Collective, stream,
                        [=] { reduce_scatter(*comm->pl, sendbuff, recvbuff, recvcount, dt, rop, stream); });
   }
 #endif

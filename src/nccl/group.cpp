@@ -7,7 +7,7 @@
 // batches of two communicators of this process ran one after the other on this thread: rank 0's
 // batch would wait for rank 1's, which has not started. So when a group holds more than one
 // batch that may wait (serial_ok below says which cannot: warm GPU send/recv and set-up GPU
-// collectives only enqueue kernels, and run one after the other here), each runs on its own
+// collectives outside a capture only enqueue kernels, and run one after the other here), each runs on its own
 // thread and group end joins them; a group of one batch (the usual
 // one-communicator-per-process case) runs on the calling thread, with no thread cost. The extra
 // threads are parked helpers (Helpers below), not created per group: a thread creation costs tens
@@ -249,6 +249,9 @@ bool serial_ok(const std::vector<Batch>& batches) {
       if (!op->on_peerlink) return false;
       if (op->kind == OpKind::P2p && (!b.comm->p2p_warm || b.comm->p2p_forward)) return false;
       if (op->kind == OpKind::Collective && !b.comm->used_collectives) return false;
+      // Captured, a collective may register its buffers with the peers (Options::
+      // coll_graph_register: one host exchange per new buffer, collectives/graph_windows.h).
+      if (op->kind == OpKind::Collective && device::is_capturing(op->stream)) return false;
       if (op->kind == OpKind::Init) return false;
     }
   }

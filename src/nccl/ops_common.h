@@ -64,13 +64,14 @@ ncclResult_t forward(ncclComm* c, const char* what, ncclRedOp_t op, F call, OpKi
   return submit(std::move(o));
 }
 
-// A peerlink call as an op; exceptions become the NCCL code and the last error.
+// A peerlink call on `stream` as an op; exceptions become the NCCL code and the last error.
 template <class F>
-Op peerlink_op(ncclComm* c, const char* what, OpKind kind, F call) {
+Op peerlink_op(ncclComm* c, const char* what, OpKind kind, void* stream, F call) {
   Op o;
   o.comm = c;
   o.kind = kind;
   o.on_peerlink = true;
+  o.stream = stream;
   o.run = [c, what, kind, call]() -> ncclResult_t {
     try {
       if (kind == OpKind::Collective && !c->used_collectives && c->device >= 0) {
@@ -95,8 +96,8 @@ Op peerlink_op(ncclComm* c, const char* what, OpKind kind, F call) {
 }
 
 template <class F>
-ncclResult_t on_peerlink(ncclComm* c, const char* what, OpKind kind, F call) {
-  return submit(peerlink_op(c, what, kind, call));
+ncclResult_t on_peerlink(ncclComm* c, const char* what, OpKind kind, void* stream, F call) {
+  return submit(peerlink_op(c, what, kind, stream, call));
 }
 
 // ncclAllGather / ncclAlltoAll: send/recv instead of the collective for blocks of `block` bytes per

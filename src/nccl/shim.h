@@ -143,7 +143,7 @@ struct Op {
   size_t send_bytes = 0;
   char* recv_dst = nullptr;
   size_t recv_bytes = 0;
-  void* stream = nullptr;
+  void* stream = nullptr;  // the op's stream (peerlink ops)
   std::shared_ptr<const void*> src;
 };
 bool in_group();

@@ -13,8 +13,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "collectives/coll_state.h"
 #include "collectives/gpu_gate.h"
 #include "coll_harness.h"
 #include "gpu/runtime.h"
@@ -196,6 +198,97 @@ TEST(CollZcGpu, GraphCaptureReplays) {
       gpu::graph_destroy(g);
       peerlink::device::free(in);
     }
+    gpu::stream_destroy(s);
+  }, std::chrono::milliseconds(300000));
+  EXPECT_EQ(fail, "");
+}
+
+// Plain device buffers (no window) in captured collectives (Options::coll_graph_register, default
+// on): all_gather and all_to_all (auto: 1 MB pieces over coll_zero_copy_min) and reduce_scatter
+// (zero-copy forced: it pulls from the plain sendbuf) get windows at capture; a second graph over
+// the same buffers reuses them; both graphs replay with new inputs every time, checked; the windows
+// go once both graphs are destroyed (at the next collective).
+TEST(CollZcGpu, GraphRegistersPlainBuffers) {
+  REQUIRE_GPUS();
+  const std::vector<int> devs = gpu_test_devices();
+  const int world = int(devs.size());
+  std::string uid = unique_test_id("gczc-graphreg");
+  std::string fail = run_ranks(world, [&](int rank) {
+    gpu::set_device(devs[rank]);
+    Options o = Options::from_env();
+    o.coll_zero_copy_min = size_t(1) << 20;
+    o.reduce_scatter_algo = "zero_copy";
+    o.timeout = std::chrono::milliseconds(60000);
+    Communicator comm(uid, rank, world, devs[rank], o);
+    gpu::Stream s = gpu::stream_create();
+    const size_t n = size_t(1) << 18, b = n * 4;  // 1 MB pieces of int32
+    auto* in = static_cast<char*>(peerlink::device::alloc(world * b));
+    auto* ag = static_cast<char*>(peerlink::device::alloc(world * b));
+    auto* a2a = static_cast<char*>(peerlink::device::alloc(world * b));
+    auto* rs = static_cast<char*>(peerlink::device::alloc(b));
+    auto windows = [&] {
+      peerlink::coll::CollState* st = peerlink::coll::coll_state_if_set(comm);
+      return st ? st->graph_windows.wins.size() : size_t(0);
+    };
+    auto val = [](int rep, int r, size_t i) { return int32_t((rep * 131 + r * 17 + int(i)) % 100003 + 1); };
+    std::vector<int32_t> h(world * n), out(world * n);
+    auto capture = [&] {
+      gpu::stream_begin_capture(s);
+      peerlink::all_gather(comm, in, ag, n, DataType::I32, s);
+      peerlink::all_to_all(comm, in, a2a, n, DataType::I32, s);
+      peerlink::reduce_scatter(comm, in, rs, n, DataType::I32, ReduceOp::Sum, s);
+      return gpu::stream_end_capture(s);
+    };
+    auto replay_and_check = [&](gpu::GraphExec g, int rep) {
+      for (size_t i = 0; i < world * n; ++i) h[i] = val(rep, rank, i);
+      gpu::memcpy_sync(in, h.data(), world * b);
+      gpu::graph_launch(g, s);
+      gpu::stream_sync(s);
+      peerlink::allreduce_check(comm);
+      gpu::memcpy_sync(out.data(), ag, world * b);
+      for (int r = 0; r < world; ++r)
+        for (size_t i = 0; i < n; i += 97)
+          MP_CHECK_MSG(out[r * n + i] == val(rep, r, i), "replay " << rep << " all_gather rank " << r << " i " << i);
+      gpu::memcpy_sync(out.data(), a2a, world * b);
+      for (int r = 0; r < world; ++r)
+        for (size_t i = 0; i < n; i += 97)
+          MP_CHECK_MSG(out[r * n + i] == val(rep, r, rank * n + i), "replay " << rep << " all_to_all rank " << r);
+      gpu::memcpy_sync(out.data(), rs, b);
+      for (size_t i = 0; i < n; i += 97) {
+        int32_t want = 0;
+        for (int r = 0; r < world; ++r) want += val(rep, r, rank * n + i);
+        MP_CHECK_MSG(out[i] == want, "replay " << rep << " reduce_scatter i " << i << ": " << out[i] << " != " << want);
+      }
+    };
+    {  // the communicator's collectives are set up by an eager call (its allocations cannot be captured)
+      std::vector<int32_t> one(1, rank + 1);
+      void* d1 = peerlink::device::alloc(4 * world + 4);
+      gpu::memcpy_sync(d1, one.data(), 4);
+      peerlink::all_gather(comm, d1, static_cast<char*>(d1) + 4, 1, DataType::I32, s);
+      gpu::stream_sync(s);
+      peerlink::device::free(d1);
+    }
+    gpu::GraphExec g1 = capture();
+    MP_CHECK_MSG(windows() == 3, windows() << " graph windows after the first capture (3 buffers)");
+    gpu::GraphExec g2 = capture();
+    MP_CHECK_MSG(windows() == 3, windows() << " graph windows after a second capture of the same buffers");
+    for (int rep = 0; rep < 40; ++rep) replay_and_check(rep % 2 ? g2 : g1, rep);
+    gpu::graph_destroy(g1);
+    replay_and_check(g2, 40);
+    MP_CHECK_MSG(windows() == 3, "windows went while a graph still holds them");
+    gpu::graph_destroy(g2);
+    // The graphs' references drop on a runtime thread; the next collective releases the windows.
+    std::vector<int32_t> one(1, rank + 1);
+    void* d1 = peerlink::device::alloc(4 * world + 4);
+    for (int i = 0; i < 200 && windows() != 0; ++i) {
+      gpu::memcpy_sync(d1, one.data(), 4);
+      peerlink::all_gather(comm, d1, static_cast<char*>(d1) + 4, 1, DataType::I32, s);
+      gpu::stream_sync(s);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    MP_CHECK_MSG(windows() == 0, windows() << " graph windows left after both graphs were destroyed");
+    peerlink::device::free(d1);
+    for (char* p : {in, ag, a2a, rs}) peerlink::device::free(p);
     gpu::stream_destroy(s);
   }, std::chrono::milliseconds(300000));
   EXPECT_EQ(fail, "");

@@ -269,3 +269,24 @@ TEST(WindowOptions, ParseAndEnv) {
   unsetenv("PEERLINK_COLL_ZERO_COPY_MIN");
   unsetenv("PEERLINK_ALL_GATHER_ALGO");
 }
+
+TEST(WindowOptions, GraphRegister) {
+  EXPECT_EQ(peerlink::Options{}.coll_graph_register, 1);
+  for (const char* v : {"0", "1", "2"}) {
+    setenv("PEERLINK_COLL_GRAPH_REGISTER", v, 1);
+    EXPECT_EQ(peerlink::Options::from_env().coll_graph_register, v[0] - '0') << v;
+  }
+  for (const char* v : {"3", "-1", "on"}) {
+    setenv("PEERLINK_COLL_GRAPH_REGISTER", v, 1);
+    try {
+      peerlink::Options::from_env();
+      ADD_FAILURE() << v << " accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("PEERLINK_COLL_GRAPH_REGISTER"), std::string::npos) << e.what();
+    }
+  }
+  unsetenv("PEERLINK_COLL_GRAPH_REGISTER");
+  peerlink::Options o;
+  o.coll_graph_register = 5;
+  EXPECT_THROW(o.validate(), InvalidArgument);
+}
