@@ -134,7 +134,7 @@ void StreamEngine::assign_blocks(StreamLaunch& L) const {
       w = 0;
       for (int i = 0; i < ch.nops; ++i) {
         const DevOp& op = L.ops[ch.first_op + i];
-        const uint64_t piece = is_ll(op.len, ll_max_) ? kLLPiece : chunk_;
+        const uint64_t piece = raw_piece(op.len, chunk_, ll_max_);
         // A zero-copy recv is one block's wait (stream_direct_device.h): its chunks are never staged.
         w += (op.flags & kOpDirectOk) ? 1 : op.len ? (op.len + piece - 1) / piece : 1;
       }

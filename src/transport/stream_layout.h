@@ -29,7 +29,7 @@ namespace peerlink::stream {
 // area under kAreaBufId); user calls naming them get InvalidArgument.
 constexpr uint32_t kReservedBufBase = 0xFFFFFF00u;
 constexpr uint32_t kAreaBufId = 0xFFFFFF01u;
-constexpr uint64_t kAreaMagic = 0x706c5354524d3034ull;  // "plSTRM04" (direct_min in the header, zero-copy ring)
+constexpr uint64_t kAreaMagic = 0x706c5354524d3035ull;  // "plSTRM05" (half-slot chunks up to kHalfChunkMax)
 constexpr int kDescRing = 64;   // published-form recvs posted ahead of completion, per pair
 constexpr int kMaxSlots = 64;   // NCCL-form staging slots per ordered pair (at most)
 // NCCL-form zero-copy posts (in-process pairs, Options::stream_direct_min) in flight per pair: more
@@ -159,6 +159,17 @@ PL_STREAM_HD constexpr size_t ll_lines(size_t len) { return (len + 7) / 8; }
 constexpr size_t kLLSlotBytes = (2 + ll_lines(kLLPiece)) * 16;  // one NCCL-form LL area
 // (ll_flag(k) = k mod (2^32 - 1) + 1: stream_device.h.)
 PL_STREAM_HD constexpr bool is_ll(uint64_t len, uint64_t ll_max) { return ll_max > 0 && len <= ll_max; }
+// The bytes per chunk of an NCCL-form message, from its length alone (both sides agree): LL pieces
+// up to ll_max; half a staging slot up to kHalfChunkMax bytes (twice the chunks, so twice the
+// blocks and a pipeline twice as deep for the medium sizes); the whole slot above. Between
+// processes, 2x H100, graph, one way us, whole slots / half up to 2 MB / half up to 4 MB (session 13
+// call 4, two rounds each): 512 KB 13.6 / 10.4 / 10.5, 1 MB 14.0 / 12.3 / 12.3, 2 MB 16.8 / 15.2 /
+// 15.4, 4 MB 22.2 / 22.3 / 21.6, 8 MB 34.2 alike (NCCL in call 3: 11.1, 15.5, 19.9, 28.4, 46.0).
+// On 2x H200 64 KB slots (session 12 calls 7-8) lost from 8 MB on (36.0 against 32.4 us).
+constexpr uint64_t kHalfChunkMax = uint64_t(4) << 20;
+PL_STREAM_HD constexpr uint64_t raw_piece(uint64_t len, uint64_t chunk, uint64_t ll_max) {
+  return is_ll(len, ll_max) ? kLLPiece : len <= kHalfChunkMax ? chunk / 2 : chunk;
+}
 // An NCCL-form message that the pair's two sides handle as a zero-copy candidate (the receiver posts
 // an address, or 0; the sender waits for the post): both compute it from the length alone, on a
 // channel whose pair shares a process (DevChannel::direct).

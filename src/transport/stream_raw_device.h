@@ -7,11 +7,10 @@
 namespace peerlink::stream {
 namespace {  // one translation unit includes this
 
-// Chunks of an NCCL-form message: LL pieces of kLLPiece bytes up to ll_max, else staging chunks;
-// one empty chunk when len is 0. (Host side: StreamEngine::assign_blocks counts the same way.)
+// Chunks of an NCCL-form message: pieces of raw_piece() bytes (stream_layout.h); one empty chunk
+// when len is 0. (Host side: StreamEngine::assign_blocks counts the same way.)
 __device__ __forceinline__ uint64_t chunks_of(uint64_t len, uint64_t chunk, uint64_t ll_max) {
-  const uint64_t piece = is_ll(len, ll_max) ? kLLPiece : chunk;
-  return len ? div_up_pow2(len, piece) : 1;
+  return len ? div_up_pow2(len, raw_piece(len, chunk, ll_max)) : 1;
 }
 
 // The first chunk of a message that block x.blk takes, when the message's chunks start at t0 of the
@@ -83,8 +82,8 @@ __device__ void send_raw(const Ctx& x) {
         __syncthreads();  // s_go is read by every thread before thread 0 rewrites it
         continue;
       }
-      const uint64_t off = j * chunk;
-      const uint64_t len = op.len - off < chunk ? op.len - off : chunk;
+      const uint64_t piece = raw_piece(op.len, chunk, x.L->ll_max), off = j * piece;
+      const uint64_t len = op.len - off < piece ? op.len - off : piece;
       char* stage = reinterpret_cast<char*>(c.remote) + x.L->staging_off + slot * chunk;
       if (op.len) part_copy(stage, op.src + off, len, false, 0, 1);
       __syncthreads();
@@ -143,7 +142,7 @@ __device__ void recv_raw(const Ctx& x) {
   for (int i = 0; i < c.nops && !failed; ++i) {
     const DevOp& op = x.ops[c.first_op + i];
     const bool ll = is_ll(op.len, x.L->ll_max);
-    const uint64_t piece = ll ? kLLPiece : chunk;
+    const uint64_t piece = raw_piece(op.len, chunk, x.L->ll_max);
     const uint64_t n = chunks_of(op.len, chunk, x.L->ll_max);
     if (c.direct && is_direct(op.len, x.L->direct_min, x.L->ll_max)) {
       const uint64_t d = d0 + ++nd;

@@ -10,6 +10,7 @@
 
 #include "peerlink/errors.h"
 #include "peerlink/options.h"
+#include "transport/stream_layout.h"
 
 using namespace peerlink;
 
@@ -90,4 +91,16 @@ TEST(StreamKnobsConfig, BadValuesNamed) {
   bad([](Options& o) { o.stream_ce_lanes = 0; }, "stream_ce_lanes");
   bad([](Options& o) { o.stream_ce_min = (size_t(1) << 40) + 1; }, "stream_ce_min");
   bad([](Options& o) { o.stream_direct_min = (size_t(1) << 40) + 1; }, "stream_direct_min");
+}
+
+// The NCCL-form chunking both sides derive from a message's length (stream_layout.h raw_piece):
+// LL pieces up to ll_max, half slots up to kHalfChunkMax, whole slots above.
+TEST(StreamKnobsConfig, RawPieceByLength) {
+  const uint64_t slot = 128 << 10, ll = 256 << 10;
+  EXPECT_EQ(stream::raw_piece(1, slot, ll), stream::kLLPiece);
+  EXPECT_EQ(stream::raw_piece(ll, slot, ll), stream::kLLPiece);
+  EXPECT_EQ(stream::raw_piece(ll + 1, slot, ll), slot / 2);
+  EXPECT_EQ(stream::raw_piece(stream::kHalfChunkMax, slot, ll), slot / 2);
+  EXPECT_EQ(stream::raw_piece(stream::kHalfChunkMax + 1, slot, ll), slot);
+  EXPECT_EQ(stream::raw_piece(8, slot, 0), slot / 2);  // LL off: staged from the first byte
 }
