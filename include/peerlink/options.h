@@ -175,11 +175,13 @@ struct Options {
   int stream_threads = 0;
   // GPU messages up to this many bytes travel as LL lines (flag in every 16-byte line: no fence, no
   // ready flag), split over several blocks (one per 8 KB); 0 = never (PEERLINK_STREAM_LL_MAX,
-  // [0, 512 KB], rounded up to 8). Every rank must agree (the area layout follows it). 256 KB:
-  // measured on 2x H200 (2026-11-23, scripts/gpu_stream_sweep.sh, published one-way in a graph):
-  // 5.62 us at 128 KB and 6.29 at 256 KB against 8.43 / 8.87 with 8 KB, the same below 16 KB, and
-  // no gain at 512 KB (9.54 either way).
-  size_t stream_ll_max = size_t(256) << 10;
+  // [0, 512 KB], rounded up to 8). Every rank must agree (the area layout follows it; its
+  // published-form LL ring takes 16 * (ll_max / 8 + 2) bytes x 8 slots per peer: 8 MB at 512 KB).
+  // 2x H200 (2026-11-23, scripts/gpu_stream_sweep.sh, published one-way in a graph): 5.62 us at
+  // 128 KB and 6.29 at 256 KB with 256 KB against 8.43 / 8.87 with 8 KB, the same below 16 KB.
+  // 512 KB: 2x H100, between processes, graph, 512 KB one way published / NCCL form 7.75 / 10.0 us
+  // against 11.6 / 10.5 with 256 KB (non-LL), the same at 256 KB and 1 MB (session 13, call 9).
+  size_t stream_ll_max = size_t(512) << 10;
   // GPU published-form sends of at least this many bytes are copied by the copy engine (a small
   // kernel waits for the posted recv, cudaMemcpyAsync on stream_ce_lanes lanes, a small kernel
   // publishes ready) when the call is not part of a group with other kinds of operations; 0 = never

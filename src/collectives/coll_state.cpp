@@ -9,6 +9,7 @@
 
 #include "collectives/device_launch.h"
 #include "collectives/setup_record.h"
+#include "gpu/vmm.h"  // RelaxedCaptureMode
 #include "common/log.h"
 #include "peerlink/communicator.h"
 #include "peerlink/errors.h"
@@ -169,6 +170,10 @@ CollState& coll_state(Communicator& comm) {
 
   // The device is current for the setup only; the user's thread gets its own back (no-op on host).
   gpu::DeviceGuard dg(svc.device());
+  // The first collective may be called inside a graph capture (a program need not warm up
+  // eagerly): the allocations, zeroing and exchange below are no work of the captured stream, and in
+  // relaxed mode they are legal (cudaThreadExchangeStreamCaptureMode, as NCCL does at its setup).
+  gpu::RelaxedCaptureMode relaxed;
   SetupRecord mine;
   {
     // Everything allocated here is owned by `st` as soon as it exists, so a throw frees it.

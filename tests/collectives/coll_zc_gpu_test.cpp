@@ -205,7 +205,8 @@ TEST(CollZcGpu, GraphCaptureReplays) {
 
 // Plain device buffers (no window) in captured collectives (Options::coll_graph_register, default
 // on): all_gather and all_to_all (auto: 1 MB pieces over coll_zero_copy_min) and reduce_scatter
-// (zero-copy forced: it pulls from the plain sendbuf) get windows at capture; a second graph over
+// (zero-copy forced: it pulls from the plain sendbuf) get windows at capture (the communicator's
+// first collectives: its setup runs inside the capture too); a second graph over
 // the same buffers reuses them; both graphs replay with new inputs every time, checked; the windows
 // go once both graphs are destroyed (at the next collective).
 TEST(CollZcGpu, GraphRegistersPlainBuffers) {
@@ -260,14 +261,7 @@ TEST(CollZcGpu, GraphRegistersPlainBuffers) {
         MP_CHECK_MSG(out[i] == want, "replay " << rep << " reduce_scatter i " << i << ": " << out[i] << " != " << want);
       }
     };
-    {  // the communicator's collectives are set up by an eager call (its allocations cannot be captured)
-      std::vector<int32_t> one(1, rank + 1);
-      void* d1 = peerlink::device::alloc(4 * world + 4);
-      gpu::memcpy_sync(d1, one.data(), 4);
-      peerlink::all_gather(comm, d1, static_cast<char*>(d1) + 4, 1, DataType::I32, s);
-      gpu::stream_sync(s);
-      peerlink::device::free(d1);
-    }
+    // The communicator's first collective is the captured one: its setup runs during the capture.
     gpu::GraphExec g1 = capture();
     MP_CHECK_MSG(windows() == 3, windows() << " graph windows after the first capture (3 buffers)");
     gpu::GraphExec g2 = capture();

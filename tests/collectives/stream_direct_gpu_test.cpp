@@ -67,6 +67,7 @@ struct VmmBuf {
 Options direct_opts(size_t direct_min) {
   Options o = opts();
   o.stream_direct_min = direct_min;
+  o.stream_ll_max = size_t(256) << 10;  // the sizes below are chosen around this LL bound
   return o;
 }
 

@@ -55,7 +55,7 @@ TEST(StreamKnobsConfig, FromEnv) {
 
 TEST(StreamKnobsConfig, Defaults) {
   Options o;
-  EXPECT_EQ(o.stream_ll_max, size_t(256) << 10);  // multi-block LL, measured on 2x H200
+  EXPECT_EQ(o.stream_ll_max, size_t(512) << 10);  // multi-block LL, measured on 2x H100 (session 13)
   EXPECT_EQ(o.stream_ce_min, 0u);               // copy engine off
   EXPECT_EQ(o.stream_ce_lanes, 2);
   EXPECT_TRUE(o.stream_acquire_load);
