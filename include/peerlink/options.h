@@ -180,7 +180,7 @@ struct Options {
   // 2x H200 (2026-11-23, scripts/gpu_stream_sweep.sh, published one-way in a graph): 5.62 us at
   // 128 KB and 6.29 at 256 KB with 256 KB against 8.43 / 8.87 with 8 KB, the same below 16 KB.
   // 512 KB: 2x H100, between processes, graph, 512 KB one way published / NCCL form 7.75 / 10.0 us
-  // against 11.6 / 10.5 with 256 KB (non-LL), the same at 256 KB and 1 MB (session 13, call 9).
+  // against 11.6 / 10.5 with 256 KB (non-LL), the same at 256 KB and 1 MB (session 13, call 10).
   size_t stream_ll_max = size_t(512) << 10;
   // GPU published-form sends of at least this many bytes are copied by the copy engine (a small
   // kernel waits for the posted recv, cudaMemcpyAsync on stream_ce_lanes lanes, a small kernel

@@ -163,8 +163,9 @@ PL_STREAM_HD constexpr bool is_ll(uint64_t len, uint64_t ll_max) { return ll_max
 // up to ll_max; half a staging slot up to kHalfChunkMax bytes (twice the chunks, so twice the
 // blocks and a pipeline twice as deep for the medium sizes); the whole slot above. Between
 // processes, 2x H100, graph, one way us, whole slots / half up to 2 MB / half up to 4 MB (session 13
-// call 4, two rounds each): 512 KB 13.6 / 10.4 / 10.5, 1 MB 14.0 / 12.3 / 12.3, 2 MB 16.8 / 15.2 /
-// 15.4, 4 MB 22.2 / 22.3 / 21.6, 8 MB 34.2 alike (NCCL in call 3: 11.1, 15.5, 19.9, 28.4, 46.0).
+// call 5, two rounds each; 512 KB staged, with stream_ll_max 256 KB): 512 KB 13.6 / 10.4 / 10.5,
+// 1 MB 14.0 / 12.3 / 12.3, 2 MB 16.8 / 15.2 / 15.4, 4 MB 22.2 / 22.3 / 21.6, 8 MB 34.2 alike
+// (NCCL in call 3: 11.1, 15.5, 19.9, 28.4, 46.0).
 // On 2x H200 64 KB slots (session 12 calls 7-8) lost from 8 MB on (36.0 against 32.4 us).
 constexpr uint64_t kHalfChunkMax = uint64_t(4) << 20;
 PL_STREAM_HD constexpr uint64_t raw_piece(uint64_t len, uint64_t chunk, uint64_t ll_max) {
