@@ -91,11 +91,11 @@ void StreamEngine::reap_inflight(bool wait_all) {
 
 // Blocks per channel, by what each has to move in this launch (known here: lengths are not baked
 // into any device state, so a replayed graph moves the same sizes with the same grid):
-//   published send   one block per kPubBytesPerBlock of its largest message (kLLPiece for an LL
-//                    message: each block writes one pass of lines), each message split across all
+//   published send   one block per kPubBytesPerBlock of its largest message (pub_ll_blocks() for an
+//                    LL message: one line per thread), each message split across all
 //                    of them, up to the channel cap;
 //   local copy       one block per kLocalBytesPerBlock of its ops (a send to this rank itself);
-//   published recv   one block (flags only), or one per kLLPiece of an LL message when it is the
+//   published recv   one block (flags only), or pub_ll_blocks() of an LL message when it is the
 //                    channel's only op in the launch (the blocks read and zero their own lines);
 //   NCCL form        one block per staging chunk or LL piece of its messages, up to the cap (blocks
 //                    take whole chunks round robin; more than the chunk count would idle); a
@@ -119,8 +119,7 @@ void StreamEngine::assign_blocks(StreamLaunch& L) const {
       uint64_t mx = 0;
       for (int i = 0; i < ch.nops; ++i) {
         const uint64_t len = L.ops[ch.first_op + i].len;
-        const uint64_t per = is_ll(len, ll_max_) ? kLLPiece : kPubBytesPerBlock;
-        mx = std::max<uint64_t>(mx, (len + per - 1) / per);
+        mx = std::max<uint64_t>(mx, is_ll(len, ll_max_) ? pub_ll_blocks(len) : (len + kPubBytesPerBlock - 1) / kPubBytesPerBlock);
       }
       w = mx;
     } else if (ch.kind == kChLocalCopy) {
@@ -129,7 +128,7 @@ void StreamEngine::assign_blocks(StreamLaunch& L) const {
       w = (bytes + kLocalBytesPerBlock - 1) / kLocalBytesPerBlock;
     } else if (ch.kind == int(StreamOpKind::RecvPub)) {
       const uint64_t len = L.ops[ch.first_op].len;
-      if (ch.nops == 1 && is_ll(len, ll_max_)) w = (len + kLLPiece - 1) / kLLPiece;
+      if (ch.nops == 1 && is_ll(len, ll_max_)) w = pub_ll_blocks(len);
     } else {
       w = 0;
       for (int i = 0; i < ch.nops; ++i) {
