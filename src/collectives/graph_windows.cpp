@@ -32,8 +32,13 @@ uint64_t alloc_of(detail::CommServices& svc, const void* buf, size_t bytes) {
   }
 }
 
-// The graph being captured on `stream` takes one reference to g (once per capture).
+// The graph being captured on `stream` takes one reference to g (once per capture); without user
+// objects g stays mapped until close() (a graph may replay it at any time).
 void hold(GraphWindow& g, void* stream) {
+  if (!gpu::capture_retain_supported()) {
+    g.pinned = true;
+    return;
+  }
   const uint64_t cid = gpu::capture_id(stream);
   if (cid == 0 || cid == g.capture_id) return;
   g.graphs->fetch_add(1, std::memory_order_acq_rel);
@@ -50,7 +55,7 @@ void hold(GraphWindow& g, void* stream) {
 void release_unheld_graph_windows(CollState& st) {
   auto& wins = st.graph_windows.wins;
   auto unheld = [](const std::unique_ptr<GraphWindow>& g) {
-    return !g->eager && g->graphs->load(std::memory_order_acquire) == 0;
+    return !g->eager && !g->pinned && g->graphs->load(std::memory_order_acquire) == 0;
   };
   if (std::none_of(wins.begin(), wins.end(), unheld)) return;
   gpu::DeviceGuard dg(st.host ? -1 : st.device);

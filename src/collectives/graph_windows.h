@@ -3,7 +3,8 @@
 // has fixed buffers for the graph's whole life, so the one host exchange of a window registration
 // (windows.cpp's register_range) can be paid once, at capture, and every replay writes straight
 // into the peers' buffers. Each such window is held by the graphs that captured it (a CUDA user
-// object per graph) and released at the first collective after the last of them is destroyed.
+// object per graph) and released at the first collective after the last of them is destroyed
+// (where the runtime has no user objects, HIP, it stays until the communicator closes).
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -22,6 +23,7 @@ struct GraphWindow {
   uint64_t alloc_id = 0;     // the allocation holding base when registered (a new one at the same
                              // address is another buffer: the window is not reused for it)
   bool eager = false;        // made by an eager call (coll_graph_register 2): no graph holds it
+  bool pinned = false;       // captured where graphs cannot hold it (HIP): kept until close()
   uint64_t capture_id = 0;   // the last capture that took a reference
   std::shared_ptr<std::atomic<int>> graphs = std::make_shared<std::atomic<int>>(0);  // holders
 };

@@ -33,7 +33,6 @@ using Graph = PL_RT_(Graph_t);
 using GraphExec = PL_RT_(GraphExec_t);
 using IpcMemHandle = PL_RT_(IpcMemHandle_t);
 using StreamCaptureStatus = PL_RT_(StreamCaptureStatus);
-using UserObject = PL_RT_(UserObject_t);
 
 inline constexpr const char* kRuntimeName = PL_RT_PREFIX_;  // "cuda" or "hip"
 inline constexpr Error kSuccess = PL_RT_(Success);
@@ -47,8 +46,6 @@ inline constexpr unsigned kHostRegisterPortableMapped = PL_RT_(HostRegisterPorta
 inline constexpr auto kStreamCaptureModeThreadLocal = PL_RT_(StreamCaptureModeThreadLocal);
 inline constexpr auto kStreamCaptureStatusNone = PL_RT_(StreamCaptureStatusNone);
 inline constexpr auto kStreamCaptureStatusActive = PL_RT_(StreamCaptureStatusActive);
-inline constexpr unsigned kUserObjectNoDestructorSync = PL_RT_(UserObjectNoDestructorSync);
-inline constexpr unsigned kGraphUserObjectMove = PL_RT_(GraphUserObjectMove);
 inline constexpr auto kMemoryTypeDevice = PL_RT_(MemoryTypeDevice);
 #if defined(PEERLINK_HIP)
 using PointerAttributes = hipPointerAttribute_t;
@@ -65,6 +62,10 @@ inline constexpr auto kAttrComputeCapabilityMajor = cudaDevAttrComputeCapability
 inline constexpr auto kAttrComputeCapabilityMinor = cudaDevAttrComputeCapabilityMinor;
 inline constexpr auto kP2PAttrNativeAtomicSupported = cudaDevP2PAttrNativeAtomicSupported;
 inline constexpr unsigned kHostAllocMappedFlags = cudaHostAllocMapped | cudaHostAllocPortable;
+// Graph user objects (CUDA only here: the HIP this builds against has none; runtime_gpu.cpp).
+using UserObject = cudaUserObject_t;
+inline constexpr unsigned kUserObjectNoDestructorSync = cudaUserObjectNoDestructorSync;
+inline constexpr unsigned kGraphUserObjectMove = cudaGraphUserObjectMove;
 #endif
 
 // One runtime function under its neutral name plus `<name>_name`, the runtime's own spelling for
@@ -115,9 +116,11 @@ PL_RT_MAP_(StreamIsCapturing)
 PL_RT_MAP_(StreamBeginCapture)
 PL_RT_MAP_(StreamEndCapture)
 PL_RT_MAP_(StreamGetCaptureInfo)
+#if !defined(PEERLINK_HIP)
 PL_RT_MAP_(UserObjectCreate)
 PL_RT_MAP_(UserObjectRelease)
 PL_RT_MAP_(GraphRetainUserObject)
+#endif
 PL_RT_MAP_(EventCreate)
 PL_RT_MAP_(EventCreateWithFlags)
 PL_RT_MAP_(EventDestroy)

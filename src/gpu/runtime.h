@@ -112,6 +112,8 @@ uint64_t capture_id(Stream s);
 // the runtime. False when `s` is not capturing (release is never called). Throws GpuError when the
 // runtime refuses; release(arg) has then run, or will run, once.
 bool capture_retain(Stream s, void (*release)(void*), void* arg);
+// Whether capture_retain can hold anything at all (CUDA: yes; HIP builds and host builds: no).
+bool capture_retain_supported();
 // Pinned host memory mapped into the device address space (the device writes, the host reads
 // without any runtime call): error words of stream-ordered collectives. Zeroed.
 void* host_alloc_mapped(size_t bytes);

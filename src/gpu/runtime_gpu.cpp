@@ -325,15 +325,16 @@ uint64_t capture_id(Stream s) {
   CALL(StreamGetCaptureInfo, rs(s), &st, &id);
   return st == rt::kStreamCaptureStatusActive ? static_cast<uint64_t>(id) : 0;
 }
+#if defined(PEERLINK_HIP)
+bool capture_retain_supported() { return false; }
+bool capture_retain(Stream, void (*)(void*), void*) { return false; }
+#else
+bool capture_retain_supported() { return true; }
 bool capture_retain(Stream s, void (*release)(void*), void* arg) {
   rt::StreamCaptureStatus st = rt::kStreamCaptureStatusNone;
   unsigned long long id = 0;
   rt::Graph graph = nullptr;
-#if defined(PEERLINK_HIP)
-  rt::check(hipStreamGetCaptureInfo_v2(rs(s), &st, &id, &graph, nullptr, nullptr), "hipStreamGetCaptureInfo_v2");
-#else
   CALL(StreamGetCaptureInfo, rs(s), &st, &id, &graph);
-#endif
   if (st != rt::kStreamCaptureStatusActive || !graph) return false;
   rt::UserObject obj = nullptr;
   rt::Error e = rt::UserObjectCreate(&obj, arg, release, 1u, rt::kUserObjectNoDestructorSync);
@@ -348,6 +349,7 @@ bool capture_retain(Stream s, void (*release)(void*), void* arg) {
   }
   return true;
 }
+#endif
 void* host_alloc_mapped(size_t bytes) {
   void* p = nullptr;
   CALL(HostAlloc, &p, bytes, rt::kHostAllocMappedFlags);

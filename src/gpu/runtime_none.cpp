@@ -65,6 +65,7 @@ namespace peerlink::gpu {
 bool stream_is_capturing(Stream) { return false; }
 uint64_t capture_id(Stream) { return 0; }
 bool capture_retain(Stream, void (*)(void*), void*) { return false; }
+bool capture_retain_supported() { return false; }
 void* host_alloc_mapped(size_t) { no_gpu("host_alloc_mapped"); }
 void host_free_mapped(void*) {}
 void* device_malloc_flags(size_t) { no_gpu("device_malloc_flags"); }
