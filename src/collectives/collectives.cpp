@@ -97,9 +97,9 @@ const void* zc_buffer(const coll::CollDesc& d, const void* src, const void* dst,
   return coll::reducing(d.kind) ? src : dst;
 }
 
-// Auto takes the zero-copy path for pieces this large (and forced zero-copy always does).
-bool zc_wanted(const Options& o, const Call& c) {
-  CollAlgo forced = parse_coll_algo(algo_field(o, c.d.kind));
+// Auto takes the zero-copy path for pieces this large (and forced zero-copy always does); `forced`
+// is the collective's parsed algo option.
+bool zc_wanted(const Options& o, const Call& c, CollAlgo forced) {
   if (forced == CollAlgo::ZeroCopy) return true;
   const size_t piece_bytes = coll::local_max_piece(c.d) * c.d.elem;
   return forced == CollAlgo::Auto && o.coll_zero_copy_min > 0 &&
@@ -115,7 +115,7 @@ const coll::Window* graph_window_for(coll::CollState& st, const Call& c, const v
   const Options& o = st.svc->options();
   if (!st.graph_windows.wins.empty()) coll::release_unheld_graph_windows(st);
   if (w || !buf || o.coll_graph_register == 0 || st.world < 2 || !zc_kind(c.d.kind) || c.d.count == 0 ||
-      !zc_wanted(o, c))
+      !zc_wanted(o, c, parse_coll_algo(algo_field(o, c.d.kind))))
     return w;
   const bool capturing = !st.host && gpu::stream_is_capturing(stream);
   if (!capturing && o.coll_graph_register != 2) return w;
@@ -144,7 +144,7 @@ CollAlgo choose(const coll::CollState& st, const Call& c, const coll::Window* w)
     }
     return CollAlgo::ZeroCopy;
   }
-  if (forced == CollAlgo::Auto && zc_ok && zc_wanted(o, c)) return CollAlgo::ZeroCopy;
+  if (forced == CollAlgo::Auto && zc_ok && zc_wanted(o, c, forced)) return CollAlgo::ZeroCopy;
   // An empty piece still sends a token line: LL needs an LL area (allreduce_ll_max > 0).
   if (forced == CollAlgo::LL) {
     if (piece_bytes > st.ll_max || st.ll_max == 0)

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 
 #include "collectives/coll_state.h"
 #include "common/log.h"
@@ -66,8 +67,8 @@ const Window* graph_window(CollState& st, const void* buf, size_t bytes, void* s
   detail::CommServices& svc = *st.svc;
   gpu::DeviceGuard dg(st.host ? -1 : st.device);
   // Exports, opens and pointer queries are no stream work: legal during the capture in any mode.
-  std::unique_ptr<gpu::RelaxedCaptureMode> relaxed(stream ? new gpu::RelaxedCaptureMode : nullptr);
-  release_unheld_graph_windows(st);
+  std::optional<gpu::RelaxedCaptureMode> relaxed;
+  if (stream) relaxed.emplace();
   const uint64_t alloc = alloc_of(svc, buf, bytes);
   auto& wins = st.graph_windows.wins;
   GraphWindow* hit = nullptr;
