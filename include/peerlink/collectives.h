@@ -71,7 +71,8 @@ void broadcast(Communicator& comm, const void* sendbuf, void* recvbuf, size_t co
 // In place: sendbuf == recvbuf.
 void reduce(Communicator& comm, const void* sendbuf, void* recvbuf, size_t count, DataType dtype, ReduceOp op,
             int root, void* stream = nullptr);
-// recvbuf[r*count_per_peer + i] = rank r's sendbuf[rank*count_per_peer + i]. Not in place (as NCCL).
+// recvbuf[r*count_per_peer + i] = rank r's sendbuf[rank*count_per_peer + i]. In place: sendbuf ==
+// recvbuf (as NCCL's alltoall runs it; every rank must then pass it in place).
 void all_to_all(Communicator& comm, const void* sendbuf, void* recvbuf, size_t count_per_peer, DataType dtype,
                 void* stream = nullptr);
 // Rank r's sendbuf[send_displs[q] .. + send_counts[q]) lands in rank q's

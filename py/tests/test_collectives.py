@@ -67,6 +67,11 @@ def _body(comm, ctx, n, dtype):
     _sync(ctx)
     want = np.concatenate([_rand(500 + q, w * n * 3, dtype).reshape(w, n * 3)[r] for q in range(w)])
     assert np.array_equal(ctx.to_numpy(out).reshape(-1), want), f"rank {r}: all_to_all_single"
+    # ... in place (input and output one tensor)
+    io = ctx.from_numpy(inp.copy())
+    comm.all_to_all_single(io, io)
+    _sync(ctx)
+    assert np.array_equal(ctx.to_numpy(io).reshape(-1), want), f"rank {r}: all_to_all_single in place"
     # all_to_all_single with uneven splits: rank q sends (q + p) % 3 + 1 rows to p
     rows = lambda q, p: (q + p) % 3 + 1  # noqa: E731
     ins = [rows(r, p) for p in range(w)]
@@ -130,6 +135,12 @@ def _windows(comm, ctx, n, dtype):
     _sync(ctx)
     want = np.concatenate([_rand(500 + q, w * n, dtype)[r * n:(r + 1) * n] for q in range(w)])
     assert np.array_equal(ctx.to_numpy(out), want), f"rank {r}: all_to_all_single in a window"
+    # In place in the window (the zero-copy swaps): all_to_all twice is the identity, so the next
+    # call gives back this rank's input, the one after that the out-of-place result again.
+    for it, expect in enumerate([_rand(500 + r, w * n, dtype), want]):
+        comm.all_to_all_single(out, out)
+        _sync(ctx)
+        assert np.array_equal(ctx.to_numpy(out), expect), f"rank {r}: all_to_all_single in place in a window, {it}"
     comm.deregister_window(wid)
     with pytest.raises(peerlink.InvalidArgument):
         comm.deregister_window(wid)

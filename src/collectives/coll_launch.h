@@ -36,12 +36,15 @@ void launch_ce_step(const LaunchArgs& a, bool entry, void* stream);
 // peers' tags with it; a difference is recorded as kErrWindowMismatch in the error word.
 void launch_zc_step(const LaunchArgs& a, uint64_t call_tag, void* stream);
 // Zero-copy path: to[i] <- from[i] for i < n by push_blocks blocks (each striding over every
-// copy), and own_to <- own_from by own_blocks more blocks when own_bytes > 0.
+// copy), and own_to <- own_from by own_blocks more blocks when own_bytes > 0. With `swap` (the
+// in-place all_to_all) the n ranges are exchanged instead: to[i] <-> local[i] (from unused).
 struct ZcCopyArgs {
   const char* from[kMaxRanks] = {};
   char* to[kMaxRanks] = {};
+  char* local[kMaxRanks] = {};
   size_t bytes[kMaxRanks] = {};
   int n = 0;
+  bool swap = false;
   const char* own_from = nullptr;
   char* own_to = nullptr;
   size_t own_bytes = 0;

@@ -2,7 +2,8 @@
 // the link per byte and no receiver-side copy. all_gather, all_to_all and broadcast push: recvbuf
 // lies in a registered window (windows.cpp) on every rank at the same offset, and each rank copies
 // its outgoing pieces straight into the peers' recvbufs. reduce and reduce_scatter pull: sendbuf
-// lies in the window, and the reducing rank reads every peer's sendbuf in place.
+// lies in the window, and the reducing rank reads every peer's sendbuf in place. all_to_all in
+// place swaps instead of pushing (as_swaps): no staging copy of the send range.
 //
 //   user stream A:  zc step (entry) | copy kernel (pushes + own piece) or pull kernel | ce step (exit)
 // or, with Options::coll_zero_copy_ce, copy engines: the pushes split over the lanes (forked from
@@ -42,6 +43,7 @@ struct Push {
   char* to = nullptr;  // in the peer's mapped window
   const char* from = nullptr;
   size_t bytes = 0;
+  char* local = nullptr;  // set: a swap, to <-> local (the in-place all_to_all, as_swaps())
 };
 
 uint64_t mix(uint64_t h, uint64_t v) {
@@ -49,9 +51,11 @@ uint64_t mix(uint64_t h, uint64_t v) {
   return h;
 }
 
-// What every rank must agree on: the window, the window buffer's offset in it and the call's shape.
-uint64_t call_tag(const CollDesc& d, const Window& w, size_t dst_off) {
+// What every rank must agree on: the window, the window buffer's offset in it and the call's shape
+// (in place or not included: a swapping rank and a pushing one would each overwrite the other).
+uint64_t call_tag(const CollDesc& d, const Window& w, size_t dst_off, bool swap) {
   uint64_t h = mix(0x504c5a43ull, w.id);
+  h = mix(h, swap ? 1 : 0);
   h = mix(h, dst_off);
   h = mix(h, uint64_t(d.kind));
   h = mix(h, d.count);
@@ -85,6 +89,24 @@ std::string plan(const CollDesc& d, const Window& w, const char* src, char* dst,
     out[p] = Push{w.peer_base[p] + lo, src + sp.src_off * e, bytes};
   }
   return {};
+}
+
+// all_to_all in place: this rank's block p (where rank p's block lands) and rank p's block `rank`
+// (where ours lands) trade places. Each such pair of blocks is split between its two ranks (the
+// lower rank takes the first half, rounded down to 16 bytes; the higher one the rest), so every
+// byte pair is swapped by one thread of one rank, which reads both before it writes either; the
+// entry step (every rank reached the call) comes before, the exit step after. `out` is plan()'s.
+void as_swaps(const CollDesc& d, char* buf, Push out[kMaxRanks]) {
+  const size_t B = d.count * d.elem, half = B / 2 / 16 * 16;
+  for (int p = 0; p < d.world; ++p) {
+    Push& x = out[p];
+    if (!x.bytes) continue;
+    const size_t lo = d.rank < p ? 0 : half;
+    x.local = buf + size_t(p) * B + lo;
+    x.from = x.local;
+    x.to += lo;
+    x.bytes = d.rank < p ? half : B - half;
+  }
 }
 
 // The reducing kinds pull instead: this rank reduces its piece from every rank's sendbuf, read in
@@ -151,8 +173,11 @@ void host_run(CollState& st, uint64_t tag, const Push* push, const Push& own, co
       throw InvalidArgument(cat(what, " (rank ", st.rank, "): rank ", p, " passed a recvbuf at another offset of the "
                                 "window, another window or another shape (every rank must pass the same window offset)"));
   }
-  for (int p = 0; p < st.world; ++p)
-    if (push[p].bytes) std::memcpy(push[p].to, push[p].from, push[p].bytes);
+  for (int p = 0; p < st.world; ++p) {
+    if (!push[p].bytes) continue;
+    if (push[p].local) std::swap_ranges(push[p].local, push[p].local + push[p].bytes, push[p].to);
+    else std::memcpy(push[p].to, push[p].from, push[p].bytes);
+  }
   if (own.bytes && own.to != own.from) std::memmove(own.to, own.from, own.bytes);
   if (pull.count) host_reduce(dtype, op, pull, st.world);
   seq = ++st.host_seq;
@@ -176,6 +201,8 @@ void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, 
   fill_state_args(st, a);
   a.blocks = 1;
   const bool own_copy = own.bytes && own.to != own.from;
+  bool swap = false;
+  for (int p = 0; p < st.world; ++p) swap |= push[p].local != nullptr;
   gpu::Stream A = stream;
   launch_zc_step(a, tag, A);
   if (pull.count) {  // the pull kernel reads the peers' sendbufs in place (zc_kernels.cu)
@@ -192,13 +219,16 @@ void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, 
                                                               std::max<size_t>(1, pull.count * e / (512 * 16))));
     ra.per_block = round_up((pull.count + ra.blocks - 1) / ra.blocks, 16 / e);
     launch_zc_pull(ra, A);
-  } else if (st.svc->options().coll_zero_copy_ce == 0) {
-    // One kernel: push blocks over the link, own-piece blocks in local memory beside them.
+  } else if (st.svc->options().coll_zero_copy_ce == 0 || swap) {
+    // One kernel: push blocks over the link, own-piece blocks in local memory beside them. Swaps
+    // always take it (a copy engine cannot exchange two ranges without a third).
     ZcCopyArgs c;
+    c.swap = swap;
     for (int p = 0; p < st.world; ++p) {
       if (!push[p].bytes) continue;
       c.from[c.n] = push[p].from;
       c.to[c.n] = push[p].to;
+      c.local[c.n] = push[p].local;
       c.bytes[c.n++] = push[p].bytes;
     }
     if (own_copy) {
@@ -255,10 +285,11 @@ void zc_collective(CollState& st, const CollDesc& d, int dtype, int op, const Wi
   Pull pull;
   const char* s = static_cast<const char*>(src);
   char* t = static_cast<char*>(dst);
-  const bool red = reducing(d.kind);
+  const bool red = reducing(d.kind), swap = d.kind == kAllToAll && s == t;
   const std::string bad = red ? plan_pull(d, w, s, t, &pull) : plan(d, w, s, t, push, &own);
+  if (swap && bad.empty()) as_swaps(d, t, push);
   // The window holds recvbuf (moving kinds) or sendbuf (reducing kinds): its offset is in the tag.
-  const uint64_t tag = call_tag(d, w, size_t((red ? s : t) - w.base)) ^ uint64_t(op);
+  const uint64_t tag = call_tag(d, w, size_t((red ? s : t) - w.base), swap) ^ uint64_t(op);
   if (st.host) return host_run(st, tag, push, own, pull, dtype, op, bad);
   if (!bad.empty()) {
     // No copy is enqueued; the entry step alone runs, with a tag no peer matches, so the peers'

@@ -321,7 +321,10 @@ void all_to_all(Communicator& comm, const void* sendbuf, void* recvbuf, size_t c
   size_t b = mul_checked(c.name, count_per_peer * c.d.elem, size_t(world_of(comm)), "bytes");
   check_null(c.name, sendbuf, b, "sendbuf");
   check_null(c.name, recvbuf, b, "recvbuf");
-  check_overlap(c.name, sendbuf, b, recvbuf, b, nullptr);
+  // In place: every path reads a range before it writes it (push and copy engines: a chunk is
+  // sent before the same chunk arrives; LL: a thread loads its word before it stores the incoming
+  // one; zero-copy: swaps).
+  check_overlap(c.name, sendbuf, b, recvbuf, b, recvbuf);
   c.src = sendbuf;
   c.dst = recvbuf;
   run(comm, c, stream);

@@ -34,6 +34,7 @@ __device__ __forceinline__ void load_ll(const void* p, uint32_t& d0, uint32_t& f
 }
 
 template <int Bytes> struct UintOf;
+template <> struct UintOf<1> { using type = uint8_t; };
 template <> struct UintOf<2> { using type = uint16_t; };
 template <> struct UintOf<4> { using type = uint32_t; };
 template <> struct UintOf<8> { using type = uint64_t; };

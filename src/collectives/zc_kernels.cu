@@ -67,6 +67,57 @@ __device__ __forceinline__ void copy_bytes(char* d, const char* s, size_t n, siz
   for (size_t k = done + t; k < n; k += stride) d[k] = s[k];
 }
 
+// ---- the swaps (all_to_all in place) -----------------------------------------------------------
+// x[k] <-> y[k] for k < n, y in the peer's window: every element pair belongs to one thread of one
+// rank (coll_zero_copy.cpp splits each pair of blocks between the two ranks), which loads both
+// before it stores either, so nothing is overwritten before it was read. Four remote loads in
+// flight per thread, as copy_units; the remote ones bypass L1 (the peer rewrites its buffer
+// between calls).
+template <typename V>
+__device__ __forceinline__ V load_remote(const V* p) {
+  if constexpr (sizeof(V) == 16) return load_fresh(p);
+  else return load_fresh_scalar(p);
+}
+template <typename V>
+__device__ __forceinline__ void swap_units(V* x, V* y, size_t n, size_t t, size_t stride) {
+  size_t k = t;
+  for (; k + 3 * stride < n; k += 4 * stride) {
+    V b0 = load_remote(y + k), b1 = load_remote(y + k + stride), b2 = load_remote(y + k + 2 * stride),
+      b3 = load_remote(y + k + 3 * stride);
+    V a0 = x[k], a1 = x[k + stride], a2 = x[k + 2 * stride], a3 = x[k + 3 * stride];
+    y[k] = a0;
+    y[k + stride] = a1;
+    y[k + 2 * stride] = a2;
+    y[k + 3 * stride] = a3;
+    x[k] = b0;
+    x[k + stride] = b1;
+    x[k + 2 * stride] = b2;
+    x[k + 3 * stride] = b3;
+  }
+  for (; k < n; k += stride) {
+    V b = load_remote(y + k), a = x[k];
+    y[k] = a;
+    x[k] = b;
+  }
+}
+
+__device__ __forceinline__ void swap_bytes(char* x, char* y, size_t n, size_t t, size_t stride) {
+  const uintptr_t al = reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y);
+  size_t done;
+  if ((al & 15) == 0) {
+    done = n / 16 * 16;
+    swap_units(reinterpret_cast<Pack16*>(x), reinterpret_cast<Pack16*>(y), n / 16, t, stride);
+  } else if ((al & 7) == 0) {
+    done = n / 8 * 8;
+    swap_units(reinterpret_cast<uint64_t*>(x), reinterpret_cast<uint64_t*>(y), n / 8, t, stride);
+  } else {
+    done = n;
+    swap_units(reinterpret_cast<unsigned char*>(x), reinterpret_cast<unsigned char*>(y), n, t, stride);
+  }
+  swap_units(reinterpret_cast<unsigned char*>(x) + done, reinterpret_cast<unsigned char*>(y) + done, n - done, t,
+             stride);
+}
+
 // Blocks [0, push_blocks) stride over the pushes (remote, over the link), blocks [push_blocks,
 // gridDim.x) over this rank's own piece (local memory), so the two run side by side.
 __global__ void __launch_bounds__(1024) coll_zc_copy_kernel(ZcCopyArgs c) {
@@ -75,7 +126,10 @@ __global__ void __launch_bounds__(1024) coll_zc_copy_kernel(ZcCopyArgs c) {
   const int nb = own ? int(gridDim.x) - c.push_blocks : c.push_blocks;
   const size_t t = size_t(b) * blockDim.x + threadIdx.x, stride = size_t(nb) * blockDim.x;
   if (own) return copy_bytes(c.own_to, c.own_from, c.own_bytes, t, stride);
-  for (int i = 0; i < c.n; ++i) copy_bytes(c.to[i], c.from[i], c.bytes[i], t, stride);
+  for (int i = 0; i < c.n; ++i) {
+    if (c.swap) swap_bytes(c.local[i], c.to[i], c.bytes[i], t, stride);
+    else copy_bytes(c.to[i], c.from[i], c.bytes[i], t, stride);
+  }
 }
 
 // ---- the pulls (reduce, reduce_scatter) ------------------------------------------------------

@@ -103,7 +103,7 @@ TEST(CollCeGpu, KnobsAroundThresholds) {
             size_t m = std::max<size_t>(1, b / peerlink::dtype_size(t));
             if (k == Kind::AllToAllV) m = std::min<size_t>(m, 300000);  // its counts go up to m per pair
             int root = c % world;
-            bool in_place = c % 3 == 1 && k != Kind::AllToAll && k != Kind::AllToAllV;
+            bool in_place = c % 3 == 1 && k != Kind::AllToAllV;
             std::string what = std::string(kind_name(k)) + " config '" + cfg.name + "' " + peerlink::to_string(t) +
                                " count " + std::to_string(m) + " world " + std::to_string(world) + " root " +
                                std::to_string(root) + (in_place ? " in place" : "");

@@ -100,7 +100,11 @@ inline uint64_t run_case(peerlink::Communicator& comm, Mem& mem, Kind k, DataTyp
         auto v = values(count, seed + q, me, t, gop);
         mem.put(send.at(q * count * es), v.data(), v.size());
       }
-      peerlink::all_to_all(comm, send.p, recv.p, count, t, mem.stream);
+      if (in_place) {  // the input in recvbuf itself
+        auto all = send.read();
+        mem.put(recv.p, all.data(), n * count * es);
+      }
+      peerlink::all_to_all(comm, in_place ? recv.p : send.p, recv.p, count, t, mem.stream);
       mem.sync();
       auto got = recv.read();
       for (int r = 0; r < n; ++r) cmp(got, r * count * es, values(count, seed + me, r, t, gop), "block from rank " + std::to_string(r));

@@ -1,7 +1,7 @@
 // The zero-copy path of all_gather, all_to_all and broadcast on GPUs (peerlink/windows.h; copy
 // engines between two flag kernels): recvbufs inside registered windows of device memory (plain
 // cudaMalloc through peerlink::device::alloc, and Communicator::alloc), the path forced
-// (PEERLINK_<COLLECTIVE>_ALGO=zero_copy), every kind (all_gather and broadcast in place too,
+// (PEERLINK_<COLLECTIVE>_ALGO=zero_copy), every kind (all_gather, all_to_all and broadcast in place too,
 // broadcast from roots 0 and 1) x bf16 / f32 / i64 x counts 1, 7, 4097 and ~8 MB pieces, payloads
 // and guard bytes checked (coll_harness.h) and compared across ranks; a captured zero-copy
 // all_gather (+ all_to_all) replayed 50 times with new inputs; and a window used at different
@@ -99,7 +99,8 @@ struct Case {
 };
 // The reducing kinds read the peers' sendbufs through the window (harness buffers are all in it).
 const std::vector<Case> kCases = {{Kind::AllGather, false, 0},         {Kind::AllGather, true, 0},
-                                  {Kind::AllToAll, false, 0},          {Kind::Broadcast, false, 0},
+                                  {Kind::AllToAll, false, 0},          {Kind::AllToAll, true, 0},
+                                  {Kind::Broadcast, false, 0},
                                   {Kind::Broadcast, true, 0},          {Kind::Broadcast, false, 1},
                                   {Kind::Broadcast, true, 1},          {Kind::Reduce, false, 0, ReduceOp::Sum},
                                   {Kind::Reduce, true, 1, ReduceOp::Max}, {Kind::ReduceScatter, false, 0, ReduceOp::Sum},

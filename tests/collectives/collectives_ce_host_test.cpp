@@ -86,7 +86,7 @@ void sweep(int world, Options o, const std::vector<size_t>& sizes, const char* t
       for (DataType t : types)
         for (size_t n : sizes) {
           int root = c % world;
-          bool in_place = c % 3 == 1 && k != Kind::AllToAll && k != Kind::AllToAllV;
+          bool in_place = c % 3 == 1 && k != Kind::AllToAllV;
           std::string what = std::string(kind_name(k)) + " " + tag + " " + peerlink::to_string(t) + " count " +
                              std::to_string(n) + " world " + std::to_string(world) + (in_place ? " in place" : "");
           hashes.put(rank, c, run_case(comm, mem, k, t, ReduceOp::Sum, n, root, in_place, 5100 + c, what));

@@ -45,7 +45,7 @@ void sweep(int world, const char* algo, const std::vector<Kind>& kinds, const st
           if (!is_reducing(k) && op != ReduceOp::Sum) continue;
           for (size_t n : sizes) {
             int root = c % world;
-            bool in_place = c % 3 == 1 && k != Kind::AllToAll && k != Kind::AllToAllV;
+            bool in_place = c % 3 == 1 && k != Kind::AllToAllV;
             std::string what = std::string(kind_name(k)) + " algo '" + algo + "' " + peerlink::to_string(t) + " " +
                                peerlink::to_string(op) + " count " + std::to_string(n) + " world " +
                                std::to_string(world) + " root " + std::to_string(root) + (in_place ? " in place" : "");

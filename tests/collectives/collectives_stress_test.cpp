@@ -130,7 +130,7 @@ TEST(CollectivesHost, InvalidArgumentsWriteNothing) {
                     "root -1");
     MP_CHECK_THROWS(peerlink::reduce(comm, a.data(), b.data(), 4, static_cast<DataType>(42), ReduceOp::Sum, 0),
                     InvalidArgument, "42");
-    MP_CHECK_THROWS(peerlink::all_to_all(comm, a.data(), a.data(), 4, DataType::F32), InvalidArgument, "overlap");
+    MP_CHECK_THROWS(peerlink::all_to_all(comm, a.data() + 1, a.data(), 4, DataType::F32), InvalidArgument, "overlap");
     size_t c[2] = {2, 2}, d[2] = {0, 2}, c2[2] = {3, 3};
     MP_CHECK_THROWS(peerlink::all_to_all_v(comm, a.data(), c, d, b.data(), nullptr, d, DataType::F32), InvalidArgument,
                     "null");

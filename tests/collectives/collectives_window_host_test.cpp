@@ -122,7 +122,7 @@ void sweep(int world, const Options& o, How how, const std::vector<size_t>& coun
       for (DataType t : types)
         for (size_t n : counts) {
           const int root = c % world;
-          const bool in_place = c % 3 == 1 && k != Kind::AllToAll;
+          const bool in_place = c % 3 == 1;
           std::string what = std::string(kind_name(k)) + " " + tag + " " + peerlink::to_string(t) + " count " +
                              std::to_string(n) + " world " + std::to_string(world) + " root " + std::to_string(root) +
                              (in_place ? " in place" : "");
