@@ -12,7 +12,7 @@ PL_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, 
 #if PL_NCCL_USE_PL_ALL_GATHER
     DataType dt;
     const size_t b = sendcount * type_size(datatype);
-    const bool p2p = use_p2p_plan(comm, b, sendbuff, b, recvbuff, b * comm->nranks);
+    const bool p2p = use_p2p_plan(comm, b, sendbuff, b, recvbuff, b * comm->nranks, stream);
     if (!p2p && comm->nranks <= 8 && pl_dtype(datatype, ncclSum, &dt)) {
       say(comm, what, "peerlink all_gather");
       return on_peerlink(comm, what, OpKind::Collective, stream,
@@ -43,14 +43,16 @@ PL_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, s
   const char* what = "ncclAlltoAll";
   if (ncclResult_t r = check_args(comm, what, datatype, -1, INT_MIN, count, {sendbuff, recvbuff})) return r;
   size_t b = count * type_size(datatype);
-  // In place, a peer's block would land where this rank still reads its own outgoing block.
-  bool in_place = overlap(sendbuff, recvbuff, b * comm->nranks);
-  if (comm->route == Route::Peerlink && !in_place) {
+  // In place, a peer's block lands where this rank still reads its own outgoing block: the
+  // library's all_to_all orders that itself when sendbuff == recvbuff (peerlink/collectives.h);
+  // the p2p plan stages any overlap.
+  const bool in_place = overlap(sendbuff, recvbuff, b * comm->nranks);
+  if (comm->route == Route::Peerlink && (!in_place || sendbuff == recvbuff)) {
 #if PL_NCCL_USE_PL_ALL_TO_ALL
     DataType dt;
-    const bool p2p = use_p2p_plan(comm, b, sendbuff, b * comm->nranks, recvbuff, b * comm->nranks);
+    const bool p2p = use_p2p_plan(comm, b, sendbuff, b * comm->nranks, recvbuff, b * comm->nranks, stream);
     if (!p2p && comm->nranks <= 8 && pl_dtype(datatype, ncclSum, &dt)) {
-      say(comm, what, "peerlink all_to_all");
+      say(comm, what, in_place ? "peerlink all_to_all (in place)" : "peerlink all_to_all");
       return on_peerlink(comm, what, OpKind::Collective, stream,
                          [=] { all_to_all(*comm->pl, sendbuff, recvbuff, count, dt, stream); });
     }

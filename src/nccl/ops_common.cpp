@@ -85,9 +85,17 @@ void local_copy(ncclComm* c, void* dst, const void* src, size_t bytes, void* str
   else device::copy_async(dst, src, bytes, stream);
 }
 
-bool use_p2p_plan(ncclComm* c, size_t block, const void* send, size_t send_bytes, const void* recv, size_t recv_bytes) {
-  const size_t min = c->opts.nccl_p2p_plan_min;
-  if (min == 0 || block < min || c->p2p_forward) return false;
+bool use_p2p_plan(ncclComm* c, size_t block, const void* send, size_t send_bytes, const void* recv, size_t recv_bytes,
+                  void* stream) {
+  const Options& o = c->opts;
+  if (o.nccl_p2p_plan_min == 0 || block < o.nccl_p2p_plan_min || c->p2p_forward) return false;
+  // Captured, a plain recvbuf gets a window of its own (collectives/graph_windows.h) and the
+  // collective's zero-copy path beats the plan: 2x H100, nccl-tests -g 2 -G 100 -R 0, 128 MB
+  // all_to_all, plan / collective (bench_collectives, plain buffers): 202.5 / 196.3 us out of place,
+  // 293.0 staged in place (session 14 call 1); all_gather 32 MB 63.8 / 59.0 (session 13 calls 1-2).
+  if (c->device >= 0 && o.coll_graph_register != 0 && o.coll_zero_copy_min > 0 && block >= o.coll_zero_copy_min &&
+      device::is_capturing(stream))
+    return false;
   return !(window_zero_copy(*c->pl, send, send_bytes) && window_zero_copy(*c->pl, recv, recv_bytes));
 }
 

@@ -101,8 +101,10 @@ ncclResult_t on_peerlink(ncclComm* c, const char* what, OpKind kind, void* strea
 }
 
 // ncclAllGather / ncclAlltoAll: send/recv instead of the collective for blocks of `block` bytes per
-// peer (Options::nccl_p2p_plan_min), unless both buffers are in registered windows.
-bool use_p2p_plan(ncclComm* c, size_t block, const void* send, size_t send_bytes, const void* recv, size_t recv_bytes);
+// peer (Options::nccl_p2p_plan_min), unless both buffers are in registered windows or the call is
+// being captured and the collective will register its buffer itself (Options::coll_graph_register).
+bool use_p2p_plan(ncclComm* c, size_t block, const void* send, size_t send_bytes, const void* recv, size_t recv_bytes,
+                  void* stream);
 // A stream-ordered local copy (host backend: memcpy).
 void local_copy(ncclComm* c, void* dst, const void* src, size_t bytes, void* stream);
 // The same inside the batch's peerlink group: a send + recv to this rank itself, which the group's
