@@ -79,6 +79,10 @@ def host_only_sources(base):
 
 class BuildExt(build_ext):
     def build_extensions(self):
+        # Always recompile the binding: it includes the library's public headers, which setuptools
+        # does not track, and a binding object older than a changed struct (Options) crashed in
+        # Communicator() when a build directory was reused (2026-11-26).
+        self.force = True
         ext = self.extensions[0]
         ext.include_dirs.insert(0, pybind11_include())
         ext.extra_compile_args += ["-std=c++17", "-O2", "-fvisibility=hidden", "-Wall"]
