@@ -87,6 +87,16 @@ struct Options {
   // engine plus a stream write (PEERLINK_KERNEL_COPY_MAX; 0 = always the copy engine). Off by
   // default: on 2x H200 the kernel measured 13.6 us one-way at 8 B against 9.0 us for the copy engine.
   size_t kernel_copy_max = 0;  // measured on 2x H200: 2 lanes 380 GB/s at 256 MB, 4 lanes 367
+  // Experimental, off by default (PEERLINK_HOST_ARM_US, [0, 10000] us; 0 = off): GPU sends up to
+  // 16 KB take a kernel launched ahead of the message; after each send the next kernel waits for
+  // its descriptor until the send worker cancels it, about this long after it was armed.
+  // Launching costs the host ~4.5 us per kernel; an armed kernel starts the copy on the
+  // descriptor's arrival (src/gpu/armed_lane.h): 2x H100, 8 B one-way p50 6.1 us with 50 against
+  // 9.6 without. Off because with it on, test_gpu_vmm.py's republish of a freed expandable segment
+  // on one GPU got a stale write in 3 of ~10 runs (none of ~8 without; session 14 calls 6-8; likely
+  // the VMM export's identity by handle value, which the driver may recycle, exposed by timing:
+  // not yet shown). While a kernel waits, a cudaDeviceSynchronize waits for it.
+  int host_arm_us = 0;
   // Fault injection for tests: the higher rank of every pair never opens the done_seq channel
   // (PEERLINK_TEST_CHANNEL_NEVER_READY=1), exercising the ring fallback.
   bool test_channel_never_ready = false;

@@ -41,6 +41,7 @@ constexpr Range kStripeStreams{"stripe_streams", "PEERLINK_STRIPE_STREAMS", 1, 1
 constexpr Range kStripeThreshold{"stripe_threshold", "PEERLINK_STRIPE_THRESHOLD", 4096, 1LL << 40};
 constexpr Range kHostChunk{"host_chunk_bytes", "PEERLINK_HOST_CHUNK_BYTES", 0, 1LL << 40};
 constexpr Range kKernelCopyMax{"kernel_copy_max", "PEERLINK_KERNEL_COPY_MAX", 0, 1LL << 30};
+constexpr Range kHostArm{"host_arm_us", "PEERLINK_HOST_ARM_US", 0, 10000};
 // 0 = the backend's default; otherwise at least one 16-byte vector per rank position.
 constexpr Range kScratch{"allreduce_scratch_bytes", "PEERLINK_ALLREDUCE_SCRATCH_BYTES", 0, 1LL << 32};
 constexpr long long kScratchMin = 64;
@@ -219,6 +220,7 @@ Options Options::from_env() {
   if (const char* v = env(kStripeThreshold.var))
     o.stripe_threshold = static_cast<size_t>(parse_int(kStripeThreshold, v));
   if (const char* v = env(kKernelCopyMax.var)) o.kernel_copy_max = static_cast<size_t>(parse_int(kKernelCopyMax, v));
+  if (const char* v = env(kHostArm.var)) o.host_arm_us = static_cast<int>(parse_int(kHostArm, v));
   if (const char* v = env("PEERLINK_TEST_CHANNEL_NEVER_READY"))
     o.test_channel_never_ready = parse_bool("PEERLINK_TEST_CHANNEL_NEVER_READY", v);
   if (const char* v = env("PEERLINK_TEST_WINDOW_MAP_FAIL"))
@@ -278,6 +280,7 @@ void Options::validate() const {
   check(kStripeStreams, stripe_streams);
   check_size(kStripeThreshold, stripe_threshold);
   check_size(kKernelCopyMax, kernel_copy_max);
+  check(kHostArm, host_arm_us);
   check_size(kHostChunk, host_chunk_bytes);
   if (static_cast<int>(fd_passing) < 0 || static_cast<int>(fd_passing) > static_cast<int>(DescriptorPassing::Socket))
     throw InvalidArgument(cat("Options::fd_passing ", static_cast<int>(fd_passing), " is not a DescriptorPassing"));

@@ -57,6 +57,12 @@ class CopyQueue {
   virtual bool copy_and_signal(void* dst, const void* src, size_t bytes, uint64_t* host_addr, uint64_t value) {
     return false;
   }
+  // copy_and_signal of up to this many bytes runs on a kernel launched ahead of the message
+  // (gpu/armed_lane.h), faster than a copy engine; 0 when the queue has none.
+  virtual size_t armed_max() const { return 0; }
+  // The transport has nothing in flight on this queue: cancel a kernel armed for a next send once it
+  // waited for its window (always when `sleeping`: the caller is about to sleep).
+  virtual void idle(bool sleeping) {}
   virtual void wait_all() = 0;
 };
 
@@ -106,6 +112,7 @@ struct BackendOptions {
   common::FdPassing fd_passing = common::FdPassing::Auto;
   int timeout_ms = 60000;        // bound of a descriptor request
   LogLevel log_level = LogLevel::Warn;
+  int arm_window_us = 0;         // GPU copy queues: small signalled sends armed ahead (armed_lane.h)
 };
 
 // device == -1: host backend with segments named `shm_prefix` + "m<n>"; else the GPU `device`.

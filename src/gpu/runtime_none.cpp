@@ -49,6 +49,7 @@ void host_unregister(void*) {}
 void* host_device_pointer(void* p) { return p; }
 void launch_copy_signal(void*, const void*, size_t, void*, uint64_t, Stream) { no_gpu("launch_copy_signal"); }
 void stream_write_value64(Stream, void*, uint64_t) { no_gpu("stream_write_value64"); }
+void launch_armed_send(ArmedSlot*, uint64_t, uint64_t, uint64_t*, Stream) { no_gpu("launch_armed_send"); }
 
 }  // namespace peerlink::gpu
 

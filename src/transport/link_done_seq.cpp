@@ -1,6 +1,8 @@
 // Direct path with done_seq completion: the sender writes send k's descriptor, then raises its
 // done_seq counter to k (on GPUs the copy stream stores it after the copy, no CPU hop); irecv k
 // completes when done_seq >= k. The receiver returns descriptor credit through `consumed`.
+#include <algorithm>
+
 #include "common/log.h"
 #include "peerlink/errors.h"
 #include "transport/link_direct.h"
@@ -38,8 +40,9 @@ class DoneSeqSendLink final : public DirectSendLink {
       if (!prev->gpu_signal) return false;
     write_desc(op);
     auto* word = reinterpret_cast<uint64_t*>(&done_out_->value);
-    if (op.len > 0 && op.len <= env_.opts->kernel_copy_max) {
-      // Small: one kernel copies and stores done_seq (the copy engine's start-up costs more).
+    if (op.len > 0 && op.len <= std::max(env_.opts->kernel_copy_max, q_.armed_max())) {
+      // Small: one kernel copies and stores done_seq (launched ahead of the message when the queue
+      // arms sends; the copy engine's start-up costs more than either).
       if (!q_.copy_and_signal(op.dst, op.src, op.len, word, op.seq))
         throw Error("copy queue cannot run the signalling copy kernel");
     } else {

@@ -174,6 +174,7 @@ void Transport::send_worker_main() {
         std::lock_guard<common::SpinThenSleepMutex> g(P.send_mu);
         if (!P.send->pending()) {
           P.send->idle_poll();
+          if (P.send_queue) P.send_queue->idle(false);  // an armed kernel past its window
           continue;
         }
         pending = true;
@@ -199,7 +200,14 @@ void Transport::send_worker_main() {
           }
         }
     }
-    loop.idle(moved, pending, busy && !backend_->is_host(), ticket);
+    const bool gpu_busy = busy && !backend_->is_host();
+    if (loop.sleeps_next(moved, gpu_busy))  // no kernel stays armed while nobody watches it
+      for (auto& pp : peers_)
+        if (pp && pp->send_queue) {
+          std::lock_guard<common::SpinThenSleepMutex> g(pp->send_mu);
+          pp->send_queue->idle(true);
+        }
+    loop.idle(moved, pending, gpu_busy, ticket);
   }
 }
 

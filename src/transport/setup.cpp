@@ -41,6 +41,7 @@ Transport::Transport(const std::string& unique_id, int rank, int world, int devi
   bo.fd_passing = static_cast<common::FdPassing>(opts.fd_passing);  // same order (options.h, fd_pass.h)
   bo.timeout_ms = static_cast<int>(std::min<long long>(opts.timeout.count(), INT32_MAX));
   bo.log_level = opts.log_level;
+  bo.arm_window_us = opts.host_arm_us;
   backend_ = gpu::make_backend(device, common::cat(boot_->job_prefix(), "r", rank, "_"), bo);
   ipc_ = std::make_unique<IpcManager>(*backend_, common::self_proc_id(), rank);
   try {

@@ -26,6 +26,11 @@ class WorkerLoop {
     return true;
   }
 
+  // Whether idle() with these arguments sleeps (or may: the bell can still ring first).
+  bool sleeps_next(bool moved, bool busy) const {
+    return !(moved || busy) && Clock::now() - last_progress_ >= kSpin;
+  }
+
   // moved: progress this round; pending: work waits on peers; busy: GPU copies in flight.
   void idle(bool moved, bool pending, bool busy, uint32_t ticket) {
     auto now = Clock::now();
@@ -34,13 +39,14 @@ class WorkerLoop {
       if (busy && !moved) std::this_thread::yield();
       return;
     }
-    if (now - last_progress_ < std::chrono::microseconds(100)) return;  // spin briefly
+    if (now - last_progress_ < kSpin) return;  // spin briefly
     // Waiting on a peer: it rings our bell; the timeout only bounds liveness checks.
     bell_.wait(ticket, pending ? std::chrono::milliseconds(20) : std::chrono::milliseconds(1000));
   }
 
  private:
   using Clock = std::chrono::steady_clock;
+  static constexpr std::chrono::microseconds kSpin{100};
   common::Doorbell& bell_;
   Clock::time_point last_progress_, last_sweep_;
 };

@@ -127,6 +127,55 @@ TEST(ContractFifo, ThousandInFlightOrdered) {
   EXPECT_EQ(fails, "");
 }
 
+// Small sends (GPU: armed kernels, gpu/armed_lane.h) and large ones (copy engines) in flight
+// together on one pair, with pauses shorter and longer than the arm window (a waiting kernel is
+// rung, or cancelled and replaced): every payload lands, in order, at its own slot.
+TEST(ContractFifo, SmallAndLargeInterleavedWithPauses) {
+  const std::string uid = pltest::unique_test_id("cmix");
+  std::string fails = run_ranks(2, [&](int rank) {
+    Options o = opts(Completion::DoneSeq);
+    o.host_arm_us = 40;
+    Communicator comm(uid, rank, 2, device_of(rank), o);
+    const size_t kSlot = (1 << 20) + 64, kSlots = 8;
+    const size_t sizes[] = {8, 16384, 3, 16385, (1 << 20) + 5, 100, 12288, 1};
+    const int pauses_us[] = {0, 0, 30, 150, 0, 5};
+    char* buf = static_cast<char*>(comm.alloc(kSlot * kSlots));
+    const int peer = 1 - rank;
+    comm.notify_ipc_buffer(peer, 3, buf, kSlot * kSlots, 1);
+    comm.wait_ipc_buffer(peer, 3, 1);
+    std::mt19937 g(11);
+    for (int round = 0; round < 24; ++round) {
+      std::vector<size_t> len(kSlots);
+      for (size_t j = 0; j < kSlots; ++j) len[j] = sizes[(round * 3 + j) % std::size(sizes)];
+      const uint64_t tag0 = uint64_t(round) * kSlots;
+      if (rank == 0) {
+        std::vector<char> h(kSlot * kSlots);
+        for (size_t j = 0; j < kSlots; ++j) pltest::fill_pattern(&h[j * kSlot], len[j], tag0 + j);
+        put(comm, buf, h.data(), h.size());
+        std::vector<Request> ss;
+        for (size_t j = 0; j < kSlots; ++j) {
+          ss.push_back(comm.isend(1, buf + j * kSlot, len[j], 3, j * kSlot, 1));
+          std::this_thread::sleep_for(microseconds(pauses_us[g() % std::size(pauses_us)]));
+        }
+        for (auto& s : ss) s.wait();
+      } else {
+        std::vector<Request> rs;
+        for (size_t j = 0; j < kSlots; ++j) rs.push_back(comm.irecv(0, 3, j * kSlot, len[j]));
+        for (auto& r : rs) r.wait();
+        auto h = get(comm, buf, kSlot * kSlots);
+        for (size_t j = 0; j < kSlots; ++j)
+          MP_CHECK_MSG(pltest::check_pattern(&h[j * kSlot], len[j], tag0 + j) == SIZE_MAX,
+                       "round " << round << " message " << j << " (" << len[j] << " bytes)");
+      }
+      comm.barrier();  // the receiver checked the round before the sender reuses the slots
+    }
+    comm.free(buf);
+    comm.barrier();
+  });
+  EXPECT_EQ(fails, "");
+  EXPECT_TRUE(pltest::leftover_segments(uid).empty());
+}
+
 TEST(ContractVersions, RebindClosesOldMappingOpensOnce) {
   const std::string uid = pltest::unique_test_id("cver");
   std::string fails = run_ranks(2, [&](int rank) {
