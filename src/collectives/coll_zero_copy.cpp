@@ -194,15 +194,13 @@ void host_run(CollState& st, uint64_t tag, const Push* push, const Push& own, co
 // and 965-976 for broadcast at 256 MB.
 constexpr int kZcPushBlocks = 64, kZcOwnBlocks = 16, kZcThreads = 512;
 
-void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, const Pull& pull, int dtype, int op,
-                void* stream) {
+void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, const Pull& pull, bool swap, int dtype,
+                int op, void* stream) {
   gpu::DeviceGuard dg(st.device);
   LaunchArgs a;
   fill_state_args(st, a);
   a.blocks = 1;
   const bool own_copy = own.bytes && own.to != own.from;
-  bool swap = false;
-  for (int p = 0; p < st.world; ++p) swap |= push[p].local != nullptr;
   gpu::Stream A = stream;
   launch_zc_step(a, tag, A);
   if (pull.count) {  // the pull kernel reads the peers' sendbufs in place (zc_kernels.cu)
@@ -302,7 +300,7 @@ void zc_collective(CollState& st, const CollDesc& d, int dtype, int op, const Wi
     st.broken = std::make_exception_ptr(InvalidArgument(cat(bad, "; this communicator's collectives are unusable")));
     throw InvalidArgument(bad);
   }
-  device_run(st, tag, push, own, pull, dtype, op, stream);
+  device_run(st, tag, push, own, pull, swap, dtype, op, stream);
 }
 
 }  // namespace peerlink::coll

@@ -118,31 +118,22 @@ class DeviceCopyQueue final : public CopyQueue {
     // kernels run one after the other, each with its own fence, and each send would re-arm (a 4.5 us
     // launch): 8 in flight, per message p50 8 B 11.7 us armed against 7.5 on the copy engine
     // (session 14 call 6).
-    const bool burst = host_addr == last_flag_ &&
-                       __atomic_load_n(host_addr, __ATOMIC_ACQUIRE) < last_value_;
+    const bool burst = host_addr == last_flag_ && __atomic_load_n(host_addr, __ATOMIC_ACQUIRE) < last_value_;
     last_flag_ = host_addr;
     last_value_ = value;
-    if (burst && bytes <= armed_max()) {
-      after_armed();
-      memcpy_async(dst, src, bytes, lanes_[0].get());
-      stream_write_value64(lanes_[0].get(), device_view(host_addr), value);
-      return true;
-    }
-    if (bytes <= armed_max()) {
-      if (!arm_) arm_ = std::make_unique<ArmedLane>(dev_, arm_window_);
-      if (lanes_busy_) {  // the lane's waiting kernel was launched before that work: order after it
-        arm_->disarm();
-        event_record(join_.get(), lanes_[0].get());
-        stream_wait_event(arm_->stream(), join_.get());
-        lanes_busy_ = false;
-      }
-      arm_->send(dst, src, bytes, device_view(host_addr), value);
-      arm_->arm();  // after the message left: the launch's ~4.5 us are off its path
-      arm_busy_ = true;
+    void* flag = device_view(host_addr);
+    const bool armable = bytes <= armed_max();
+    if (armable && !burst) {
+      armed_send(dst, src, bytes, flag, value);
       return true;
     }
     after_armed();
-    launch_copy_signal(dst, src, bytes, device_view(host_addr), value, lanes_[0].get());
+    if (armable) {
+      memcpy_async(dst, src, bytes, lanes_[0].get());
+      stream_write_value64(lanes_[0].get(), flag, value);
+    } else {
+      launch_copy_signal(dst, src, bytes, flag, value, lanes_[0].get());
+    }
     return true;
   }
 
@@ -169,6 +160,20 @@ class DeviceCopyQueue final : public CopyQueue {
   }
 
  private:
+  // On the armed lane, after what lanes_[0] has (the lane's waiting kernel was launched before it).
+  void armed_send(void* dst, const void* src, size_t bytes, void* flag, uint64_t value) {
+    if (!arm_) arm_ = std::make_unique<ArmedLane>(dev_, arm_window_);
+    if (lanes_busy_) {
+      arm_->disarm();
+      event_record(join_.get(), lanes_[0].get());
+      stream_wait_event(arm_->stream(), join_.get());
+      lanes_busy_ = false;
+    }
+    arm_->send(dst, src, bytes, flag, value);
+    arm_->arm();  // after the message left: the launch's ~4.5 us are off its path
+    arm_busy_ = true;
+  }
+
   // Work about to go on lanes_[0] follows what the armed lane has (its waiting kernel cancelled).
   void after_armed() {
     lanes_busy_ = true;
