@@ -57,6 +57,20 @@ void VmmShare::close(void* base) {
 
 // The chunks behind [p, p+len) (chunks.h); one allocation id per distinct chunk list at a base,
 // so a chunk freed and re-created at the same address is a new allocation for every peer.
+VmmShare::HeldHandles& VmmShare::HeldHandles::operator=(HeldHandles&& o) noexcept {
+  if (this != &o) {
+    reset();
+    h_ = std::move(o.h_);
+    o.h_.clear();
+  }
+  return *this;
+}
+
+void VmmShare::HeldHandles::reset() noexcept {
+  for (uint64_t x : h_) vmm_release(x);
+  h_.clear();
+}
+
 AllocRange VmmShare::find(const void* p, size_t len) {
   uint64_t b0 = 0, s0 = 0, h0 = 0;
   if (!vmm_chunk_at(p, &b0, &s0, &h0))
@@ -64,12 +78,13 @@ AllocRange VmmShare::find(const void* p, size_t len) {
                                "it and it is not a VMM mapping either (stream-ordered pool or managed memory?). "
                                "Publish memory from Communicator::alloc, cudaMalloc or a VMM allocation"));
   vmm_release(h0);
+  HeldHandles held;  // this call's references; a new export keeps them (HeldHandles)
   std::vector<Chunk> chunks = walk_chunks(
       reinterpret_cast<uint64_t>(p), len,
-      [](uint64_t a, Chunk* out) {
+      [&held](uint64_t a, Chunk* out) {
         uint64_t b = 0, s = 0, h = 0;
         if (!vmm_chunk_at(reinterpret_cast<void*>(a), &b, &s, &h)) return false;
-        vmm_release(h);  // the handle value stays the allocation's identity while it is mapped
+        held.add(h);
         *out = Chunk{b, s, h};
         return true;
       },
@@ -82,7 +97,7 @@ AllocRange VmmShare::find(const void* p, size_t len) {
     prune_locked();  // drops exports whose chunks were freed or replaced
     it = vmm_.find(base);  // still live but another chunk list (a longer or shorter range): replaced
     if (it != vmm_.end()) fd_exports_->remove(it->second.id);
-    it = vmm_.insert_or_assign(base, VmmExport{chunks, ++next_id_ | (uint64_t(1) << 62)}).first;
+    it = vmm_.insert_or_assign(base, VmmExport{chunks, ++next_id_ | (uint64_t(1) << 62), std::move(held)}).first;
     common::log_line(LogLevel::Info, opts_.log_level,
                      cat("device memory [", p, ", +", len, ") is VMM memory: ", chunks.size(), " chunk(s), ", bytes,
                          " bytes at ", static_cast<void*>(base), "; exported by file descriptor (",

@@ -32,9 +32,26 @@ class VmmShare {
   void set_peer_pids(const std::vector<int32_t>& pids);
 
  private:
+  // One reference to each chunk's allocation handle, held while an export names the chunk by the
+  // handle's value: released, the value may be given to the next allocation at the same address,
+  // which then looks like the old chunk (suspected in session 14: a stale write after a freed
+  // expandable segment was republished on one GPU).
+  class HeldHandles {
+   public:
+    HeldHandles() = default;
+    HeldHandles(HeldHandles&& o) noexcept : h_(std::move(o.h_)) { o.h_.clear(); }
+    HeldHandles& operator=(HeldHandles&& o) noexcept;
+    ~HeldHandles() { reset(); }
+    void add(uint64_t h) { h_.push_back(h); }
+    void reset() noexcept;
+
+   private:
+    std::vector<uint64_t> h_;
+  };
   struct VmmExport {
     std::vector<Chunk> chunks;  // id: the driver's allocation handle value
     uint64_t id;
+    HeldHandles held;  // keeps those values from being reused while this export lives
   };
   void prune_locked();
   MemHandle export_chunks(const AllocRange& r, const std::vector<Chunk>& chunks);
