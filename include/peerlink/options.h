@@ -87,16 +87,16 @@ struct Options {
   // engine plus a stream write (PEERLINK_KERNEL_COPY_MAX; 0 = always the copy engine). Off by
   // default: on 2x H200 the kernel measured 13.6 us one-way at 8 B against 9.0 us for the copy engine.
   size_t kernel_copy_max = 0;  // measured on 2x H200: 2 lanes 380 GB/s at 256 MB, 4 lanes 367
-  // Experimental, off by default (PEERLINK_HOST_ARM_US, [0, 10000] us; 0 = off): GPU sends up to
-  // 16 KB take a kernel launched ahead of the message; after each send the next kernel waits for
-  // its descriptor until the send worker cancels it, about this long after it was armed.
-  // Launching costs the host ~4.5 us per kernel; an armed kernel starts the copy on the
-  // descriptor's arrival (src/gpu/armed_lane.h): 2x H100, 8 B one-way p50 6.1 us with 50 against
-  // 9.6 without. Off because with it on, test_gpu_vmm.py's republish of a freed expandable segment
-  // on one GPU got a stale write in 3 of ~10 runs (none of ~8 without; session 14 calls 6-8; likely
-  // the VMM export's identity by handle value, which the driver may recycle, exposed by timing:
-  // not yet shown). While a kernel waits, a cudaDeviceSynchronize waits for it.
-  int host_arm_us = 0;
+  // GPU sends up to 16 KB of the host-driven path run on a kernel launched ahead of the message
+  // (PEERLINK_HOST_ARM_US, [0, 10000] us; 0 = off, every send launches its own kernel): the kernel
+  // waits for the send's descriptor in mapped host memory and, after it, for the next one's, until
+  // the send worker cancels it about this long after the last send (and always before the worker
+  // sleeps). A launch costs the host ~4.5 us (src/gpu/armed_lane.h). 2x H100 (session 15 call 1),
+  // 8 B one way p50 5.6-5.8 us with 50 against 8.2 with 0; 8 in flight 5.5-5.6 against 6.9-7.7
+  // per message. While a kernel waits, one block of the device polls and a cudaDeviceSynchronize
+  // waits for it. (Session 14's stale write with it on, same-GPU VMM republish, is gone since the
+  // VMM export keeps its chunks' handles: 4 of 4 runs passed, call 1.)
+  int host_arm_us = 50;
   // Fault injection for tests: the higher rank of every pair never opens the done_seq channel
   // (PEERLINK_TEST_CHANNEL_NEVER_READY=1), exercising the ring fallback.
   bool test_channel_never_ready = false;

@@ -46,9 +46,9 @@ ArmedLane::~ArmedLane() {
 }
 
 ArmedSlot* ArmedLane::slot_for(uint64_t seq) {
-  // Kernels run in order on the lane and each stores its seq in the consumed word after it read its
-  // slot, so the slot is free once that word reached seq - kSlots (filled or cancelled long since:
-  // one kernel waits at a time). A lane that stops moving for kDeadman is a stuck device.
+  // Sends are served in order on the lane (one kernel after another, each serving consecutive
+  // sends) and each stores its seq in the consumed word after it read its slot, so the slot is free
+  // once that word reached seq - kSlots. A lane that stops moving for kDeadman is a stuck device.
   if (seq > kSlots) {
     const auto deadline = Clock::now() + kDeadman;
     while (*consumed_ < seq - kSlots) {
@@ -62,7 +62,7 @@ ArmedSlot* ArmedLane::slot_for(uint64_t seq) {
 }
 
 void ArmedLane::launch(uint64_t seq) {
-  launch_armed_send(slots_dev_ + seq % kSlots, seq, uint64_t(std::chrono::nanoseconds(kDeadman).count()),
+  launch_armed_send(slots_dev_, seq, uint64_t(std::chrono::nanoseconds(kDeadman).count()),
                     consumed_dev_, stream_.get());
 }
 
@@ -76,9 +76,12 @@ void ArmedLane::send(void* dst, const void* src, size_t bytes, void* flag_dev, u
     launch_copy_signal(dst, src, bytes, flag_dev, value, stream_.get());
     return;
   }
-  const uint64_t seq = armed_;
-  armed_ = 0;
-  ArmedField* f = slots_[seq % kSlots].f;
+  const uint64_t seq = armed_;  // == last_: the newest seq handed out
+  ArmedField* f = slot_for(seq)->f;
+  // The kernel goes on to seq + 1 after this send: armed from now, so a burst's next send needs no
+  // launch (8 B, 8 in flight, a launch per send cost 11.7 us per message, session 14 call 6).
+  armed_ = last_ = seq + 1;
+  armed_at_ = Clock::now();
   put(f[kArmedSrc], seq, reinterpret_cast<uint64_t>(src));
   put(f[kArmedDst], seq, reinterpret_cast<uint64_t>(dst));
   put(f[kArmedBytes], seq, bytes);
@@ -89,7 +92,6 @@ void ArmedLane::send(void* dst, const void* src, size_t bytes, void* flag_dev, u
 void ArmedLane::arm() {
   if (armed_) return;
   const uint64_t next = ++last_;
-  slot_for(next);
   launch(next);
   armed_ = next;
   armed_at_ = Clock::now();
@@ -101,7 +103,7 @@ void ArmedLane::idle(bool all) {
 
 void ArmedLane::disarm() {
   if (!armed_) return;
-  for (ArmedField& f : slots_[armed_ % kSlots].f) __atomic_store_n(&f.seq, ~armed_, __ATOMIC_RELEASE);
+  for (ArmedField& f : slot_for(armed_)->f) __atomic_store_n(&f.seq, ~armed_, __ATOMIC_RELEASE);
   armed_ = 0;
 }
 

@@ -3,8 +3,9 @@
 // alike), and a launched copy + system fence + completion store reaches host memory 5.6 us after
 // that; a kernel already waiting for its descriptor in device-visible host memory takes 4.4 us from
 // the host's store of the descriptor to the completion it sees (session 14 calls 3-5). So after
-// every send the lane arms the next one: it launches kernel k+1, which polls its slot until the
-// host fills it (the message starts at once) or cancels it. Only the host decides between the two,
+// every send the lane keeps a kernel waiting for the next one: it polls the next slot until the
+// host fills it (the message starts at once) or cancels it, and after a send goes on to the slot
+// after, so a burst costs no launch per message. Only the host decides between fill and cancel,
 // so no fill can come too late: the transport's send worker cancels a kernel that waited longer
 // than the window (idle()), and before it sleeps. Idle cost: one polling block on the GPU for about
 // the window after the last send; a cudaDeviceSynchronize in that time waits for it.
@@ -32,7 +33,7 @@ class ArmedLane {
   // of `value` at flag_dev (device address): through the armed kernel when one waits, else through a
   // copy kernel launched now. The caller holds the device (DeviceGuard) and serializes the calls.
   void send(void* dst, const void* src, size_t bytes, void* flag_dev, uint64_t value);
-  // Launches the kernel of the next send (no-op when one waits already).
+  // Launches a kernel for the next send (no-op when one waits already).
   void arm();
   // Cancels the waiting kernel when it has waited for the window (always when `all`).
   void idle(bool all);
@@ -42,7 +43,7 @@ class ArmedLane {
 
  private:
   using Clock = std::chrono::steady_clock;
-  static constexpr uint64_t kSlots = 16;
+  static constexpr uint64_t kSlots = kArmedSlots;
   // The slot of send `seq` once its previous user (seq - kSlots) has let it go.
   ArmedSlot* slot_for(uint64_t seq);
   void launch(uint64_t seq);
@@ -56,8 +57,8 @@ class ArmedLane {
   volatile uint64_t* consumed_ = nullptr;  // the last seq whose kernel finished reading its slot
   uint64_t* consumed_dev_ = nullptr;
   uint64_t last_ = 0;   // the last seq handed out
-  uint64_t armed_ = 0;  // seq of the kernel waiting for its slot; 0 when none
-  Clock::time_point armed_at_;
+  uint64_t armed_ = 0;  // the seq a kernel waits for; 0 when none
+  Clock::time_point armed_at_;  // since when it waits (its launch or its previous send's fill)
 };
 
 }  // namespace peerlink::gpu

@@ -114,26 +114,13 @@ class DeviceCopyQueue final : public CopyQueue {
 
   bool copy_and_signal(void* dst, const void* src, size_t bytes, uint64_t* host_addr, uint64_t value) override {
     DeviceGuard g(dev_);
-    // A burst (the previous signalled send has not landed yet) goes to the copy engine: the armed
-    // kernels run one after the other, each with its own fence, and each send would re-arm (a 4.5 us
-    // launch): 8 in flight, per message p50 8 B 11.7 us armed against 7.5 on the copy engine
-    // (session 14 call 6).
-    const bool burst = host_addr == last_flag_ && __atomic_load_n(host_addr, __ATOMIC_ACQUIRE) < last_value_;
-    last_flag_ = host_addr;
-    last_value_ = value;
     void* flag = device_view(host_addr);
-    const bool armable = bytes <= armed_max();
-    if (armable && !burst) {
+    if (bytes <= armed_max()) {
       armed_send(dst, src, bytes, flag, value);
       return true;
     }
     after_armed();
-    if (armable) {
-      memcpy_async(dst, src, bytes, lanes_[0].get());
-      stream_write_value64(lanes_[0].get(), flag, value);
-    } else {
-      launch_copy_signal(dst, src, bytes, flag, value, lanes_[0].get());
-    }
+    launch_copy_signal(dst, src, bytes, flag, value, lanes_[0].get());
     return true;
   }
 
@@ -196,8 +183,6 @@ class DeviceCopyQueue final : public CopyQueue {
   std::map<uint64_t*, void*> device_addr_;
   std::unique_ptr<ArmedLane> arm_;  // made at the first armed send; released before the streams
   bool lanes_busy_ = false;  // lanes_[0] has work the armed lane is not ordered after
-  uint64_t* last_flag_ = nullptr;  // the completion word and value of the last copy_and_signal
-  uint64_t last_value_ = 0;
   bool arm_busy_ = false;    // the armed lane has work lanes_[0] is not ordered after
 };
 

@@ -81,12 +81,13 @@ void stream_write_value64(Stream s, void* device_addr, uint64_t value);
 // Small sends: one kernel copies dst <- src and then stores `value` at flag_device_addr
 // (copy_kernel.cu), ordered on stream s like a copy followed by stream_write_value64.
 void launch_copy_signal(void* dst, const void* src, size_t bytes, void* flag_device_addr, uint64_t value, Stream s);
-// A small send launched ahead of its message (armed_lane.h): kernel `seq` polls the fields of
-// *slot (device-visible host memory; thread i field i) until each carries seq, then copies
-// f[kArmedBytes] bytes from f[kArmedSrc] to f[kArmedDst], fences at system scope and stores
-// f[kArmedValue] at the device address f[kArmedFlag]. A field carrying ~seq cancels it; after
-// deadman_ns (the host is gone) it takes one last look and gives up. Either way it stores seq at
-// *consumed_dev last (the slot may be reused). One block of 256 threads; at most kArmedMaxBytes.
+// Small sends launched ahead of their messages (armed_lane.h): the kernel serves sends first_seq,
+// first_seq + 1, ... in order, send q in slots[q % kArmedSlots] (device-visible host memory). For
+// each, thread i polls field i until every field carries q, then the block copies f[kArmedBytes]
+// bytes from f[kArmedSrc] to f[kArmedDst], fences at system scope, stores f[kArmedValue] at the
+// device address f[kArmedFlag] and stores q at *consumed_dev (the slot may be reused). A field
+// carrying ~q ends the kernel (cancelled); so does deadman_ns without a fill (the host is gone),
+// after one last look. One block of 256 threads; at most kArmedMaxBytes per send.
 struct alignas(16) ArmedField {
   uint64_t seq, x;
 };
@@ -95,7 +96,8 @@ struct alignas(128) ArmedSlot {
   ArmedField f[kArmedFields];
 };
 constexpr size_t kArmedMaxBytes = 16384;
-void launch_armed_send(ArmedSlot* slot_dev, uint64_t seq, uint64_t deadman_ns, uint64_t* consumed_dev, Stream s);
+constexpr uint64_t kArmedSlots = 16;
+void launch_armed_send(ArmedSlot* slots_dev, uint64_t first_seq, uint64_t deadman_ns, uint64_t* consumed_dev, Stream s);
 
 }  // namespace peerlink::gpu
 

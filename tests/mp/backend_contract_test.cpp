@@ -176,6 +176,46 @@ TEST(ContractFifo, SmallAndLargeInterleavedWithPauses) {
   EXPECT_TRUE(pltest::leftover_segments(uid).empty());
 }
 
+// More small sends in flight than the armed lane has slots (gpu/armed_lane.h: 16), back to back:
+// the host waits for the lane to free a slot, one kernel serves them in order, every payload lands.
+TEST(ContractFifo, SmallSendsBeyondTheArmedLaneSlots) {
+  const std::string uid = pltest::unique_test_id("cburst");
+  std::string fails = run_ranks(2, [&](int rank) {
+    Options o = opts(Completion::DoneSeq);
+    o.host_arm_us = 50;
+    Communicator comm(uid, rank, 2, device_of(rank), o);
+    constexpr size_t kSlot = 4096, kMsgs = 57;
+    char* buf = static_cast<char*>(comm.alloc(kSlot * kMsgs));
+    const int peer = 1 - rank;
+    comm.notify_ipc_buffer(peer, 4, buf, kSlot * kMsgs, 1);
+    comm.wait_ipc_buffer(peer, 4, 1);
+    for (int round = 0; round < 6; ++round) {
+      const uint64_t tag0 = uint64_t(round) * kMsgs + 1000;
+      auto len = [&](size_t j) { return 1 + (j * 977 + size_t(round) * 131) % kSlot; };
+      if (rank == 0) {
+        std::vector<char> h(kSlot * kMsgs);
+        for (size_t j = 0; j < kMsgs; ++j) pltest::fill_pattern(&h[j * kSlot], len(j), tag0 + j);
+        put(comm, buf, h.data(), h.size());
+        std::vector<Request> ss;
+        for (size_t j = 0; j < kMsgs; ++j) ss.push_back(comm.isend(1, buf + j * kSlot, len(j), 4, j * kSlot, 1));
+        for (auto& s : ss) s.wait();
+      } else {
+        std::vector<Request> rs;
+        for (size_t j = 0; j < kMsgs; ++j) rs.push_back(comm.irecv(0, 4, j * kSlot, len(j)));
+        for (auto& r : rs) r.wait();
+        auto h = get(comm, buf, kSlot * kMsgs);
+        for (size_t j = 0; j < kMsgs; ++j)
+          MP_CHECK_MSG(pltest::check_pattern(&h[j * kSlot], len(j), tag0 + j) == SIZE_MAX,
+                       "round " << round << " message " << j << " (" << len(j) << " bytes)");
+      }
+      comm.barrier();
+    }
+    comm.free(buf);
+    comm.barrier();
+  });
+  EXPECT_EQ(fails, "");
+}
+
 TEST(ContractVersions, RebindClosesOldMappingOpensOnce) {
   const std::string uid = pltest::unique_test_id("cver");
   std::string fails = run_ranks(2, [&](int rank) {
