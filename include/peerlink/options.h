@@ -196,13 +196,19 @@ struct Options {
   // kernel waits for the posted recv, cudaMemcpyAsync on stream_ce_lanes lanes, a small kernel
   // publishes ready) when the call is not part of a group with other kinds of operations; 0 = never
   // (PEERLINK_STREAM_CE_MIN, [0, 2^40]). In that path a (buffer, offset, len) mismatch with the recv
-  // is still reported, but the bytes land at the sender's range of the published buffer.
-  size_t stream_ce_min = 0;
+  // is still reported, but the bytes land at the sender's range of the published buffer. 2x H100
+  // (session 15 calls 1-2, ping-pong in a graph, one way): one lane 695.8 us at 256 MB (385.8
+  // GB/s) and 359.0 at 128 MB against the kernel's 737.0 / 374.3; 64 MB 192.4 / 193.1 (a tie);
+  // the kernel ahead at 32 MB. A copy engine alone moves 395 GB/s one way (probe, call 1), SM
+  // kernels at most ~370 (push or pull, any grid).
+  size_t stream_ce_min = size_t(128) << 20;
   // After a spin saw a peer's flag: 1 = one ld.acquire.sys of the flag, 0 = fence.acq_rel.sys
   // (PEERLINK_STREAM_ACQUIRE_LOAD=0|1; the same ordering; HIP: always the fence). 1 measured faster
   // on 2x H200 (2026-11-23, with PDL): 3.75 against 4.46 us one-way at 8 B, 3.79 / 4.39 at 512 B.
   bool stream_acquire_load = true;
-  int stream_ce_lanes = 2;  // copy-engine lanes (forked streams) of that path (PEERLINK_STREAM_CE_LANES, [1, 4])
+  // Copy-engine lanes (forked streams) of that path (PEERLINK_STREAM_CE_LANES, [1, 4]). One: 256 MB
+  // one way 695.8 us against 701.2 with 2 and 707.7 with 4 (2x H100, session 15 calls 1-2).
+  int stream_ce_lanes = 1;
   // NCCL-form messages of at least this many bytes (and above stream_ll_max) between two ranks of
   // one process (nccl-tests -g 2 / -t 2, one process driving several GPUs) go zero-copy: the
   // receiving kernel posts its buffer's address, the sender's blocks write straight into it (no

@@ -56,8 +56,8 @@ TEST(StreamKnobsConfig, FromEnv) {
 TEST(StreamKnobsConfig, Defaults) {
   Options o;
   EXPECT_EQ(o.stream_ll_max, size_t(512) << 10);  // multi-block LL, measured on 2x H100 (session 13)
-  EXPECT_EQ(o.stream_ce_min, 0u);               // copy engine off
-  EXPECT_EQ(o.stream_ce_lanes, 2);
+  EXPECT_EQ(o.stream_ce_min, size_t(128) << 20);  // copy engine from 128 MB, one lane (session 15)
+  EXPECT_EQ(o.stream_ce_lanes, 1);
   EXPECT_TRUE(o.stream_acquire_load);
   EXPECT_EQ(o.stream_direct_min, size_t(256) << 10);  // in-process zero-copy NCCL form above LL messages
   EXPECT_NO_THROW(o.validate());
