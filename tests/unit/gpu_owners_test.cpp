@@ -90,6 +90,10 @@ TEST(BackendGpuError, MessageNamesCallErrorAndDevice) {
   EXPECT_EQ(m, "cudaMalloc failed on device 1: out of memory (cudaErrorMemoryAllocation, code 2)");
   std::string d = gpu::format_gpu_error("cuStreamWriteValue64", 700, nullptr, nullptr, -1);
   EXPECT_EQ(d, "cuStreamWriteValue64 failed on an unknown device: unknown error (code 700)");
+  // An initialization error names its usual cause in a job of several processes.
+  std::string i = gpu::format_gpu_error("cuDeviceGet", 3, nullptr, "initialization error", -1);
+  EXPECT_EQ(i.rfind("cuDeviceGet failed on an unknown device: initialization error (code 3); ", 0), 0u) << i;
+  EXPECT_NE(i.find("forked after its parent used the GPU"), std::string::npos) << i;
 }
 
 TEST(BackendGpuError, IsAnErrorWithCodeAndCall) {
