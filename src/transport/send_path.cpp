@@ -180,6 +180,9 @@ void Transport::send_worker_main() {
         pending = true;
         moved |= P.send->progress();
         busy |= P.send->busy();
+        // Also while other work of the pair is pending (a copy in flight, a send waiting for its
+        // irecv): a kernel armed for the next small send never outlives its window.
+        if (P.send_queue) P.send_queue->idle(false);
       } catch (...) {
         mark_lost(P, std::current_exception());
       }
