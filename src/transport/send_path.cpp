@@ -174,14 +174,13 @@ void Transport::send_worker_main() {
         std::lock_guard<common::SpinThenSleepMutex> g(P.send_mu);
         if (!P.send->pending()) {
           P.send->idle_poll();
-          if (P.send_queue) P.send_queue->idle(false);  // an armed kernel past its window
-          continue;
+        } else {
+          pending = true;
+          moved |= P.send->progress();
+          busy |= P.send->busy();
         }
-        pending = true;
-        moved |= P.send->progress();
-        busy |= P.send->busy();
-        // Also while other work of the pair is pending (a copy in flight, a send waiting for its
-        // irecv): a kernel armed for the next small send never outlives its window.
+        // Whether or not other work of the pair is pending (a copy in flight): a kernel armed for
+        // the next small send never outlives its window.
         if (P.send_queue) P.send_queue->idle(false);
       } catch (...) {
         mark_lost(P, std::current_exception());
