@@ -103,6 +103,17 @@ class DoneSeqRecvLink final : public DirectRecvLink {
     return moved;
   }
 
+  // A message the sender described (its descriptor is out) but whose done_seq has not come: its
+  // copy is in flight, so the receive worker polls done_seq instead of sleeping until the sender's
+  // worker rings (one wake-up and one ring fewer at the end of every transfer that outlasts the
+  // worker's spin).
+  bool busy() const override {
+    if (recvs_.empty()) return false;
+    const uint64_t s = recvs_.front().seq;
+    return env_.in.desc[s % kDescSlots].seq.load(std::memory_order_acquire) == s &&
+           done_in_->value.load(std::memory_order_acquire) < s;
+  }
+
   shm::PaddedCounter* done_in_;
 };
 
