@@ -23,7 +23,7 @@ has gtest && step gtest 300 "$BUILD/bin/peerlink_tests" --gtest_filter='StreamGp
 CS=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
 if [ -x "$CS" ] && has racecheck; then
   step racecheck 180 "$CS" --tool racecheck --target-processes all --error-exitcode 9 \
-    "$BUILD/bin/peerlink_tests" --gtest_filter='StreamGpu.SanitizerSmall:StreamGpuDirect.SanitizerSmall'
+    "$BUILD/bin/peerlink_tests" --gtest_filter='StreamGpu.SanitizerSmall:StreamGpuDirect.SanitizerSmall:StreamGpuZeroCopy.SanitizerSmall'
 fi
 has bench_eager && step bench_eager 180 "$BUILD/bin/bench_transport" --mode stream -b 8 -e 256M -f 4 -n 50 -w 5
 has bench_graph && step bench_graph 180 "$BUILD/bin/bench_transport" --mode stream -b 8 -e 256M -f 4 -n 50 -w 5 -G 1

@@ -80,8 +80,10 @@ class Communicator {
             void* stream);
   void recv(int peer, uint32_t buf_id, size_t offset, size_t len, void* stream);
   // NCCL form: any buffers of this device; the library stages the bytes (buffer ids >= 0xFFFFFF00
-  // are reserved for it), or, between two ranks of one process, writes large messages straight into
-  // the recv buffer (Options::stream_direct_min). `peer` may be this rank itself inside a group (as
+  // are reserved for it), or writes large messages straight into the recv buffer: between two ranks
+  // of one process from Options::stream_direct_min, between processes from
+  // Options::stream_direct_ipc_min once the sender mapped the recv buffer's allocation (the library
+  // exports it; a buffer's first messages, and buffers first used inside a capture, are staged). `peer` may be this rank itself inside a group (as
   // NCCL allows): each such send is matched FIFO with such a recv of the same group, same length and
   // stream, and copied by the group's kernel; unmatched ones are InvalidArgument at group_end.
   void send(int peer, const void* src, size_t len, void* stream);

@@ -219,6 +219,16 @@ struct Options {
   // (session 12 call 3), 512 KB sendrecv / one-way 11.47 / 10.10 us zero-copy against 12.03 / 11.72
   // staged, 1 MB 11.64 / 10.28 against 12.82 / 12.97 (call 2).
   size_t stream_direct_min = size_t(256) << 10;
+  // The same between two processes (PEERLINK_STREAM_DIRECT_IPC_MIN, [0, 2^40]; 0 = never): the
+  // receiver exports its receive allocations to the sender, which maps them (src/transport/
+  // stream_zc.h); a buffer's first messages are staged. Every rank must agree (the area header
+  // carries it). Between processes the sender waits for the receiver's post before it moves a byte,
+  // so small messages lose: 2x H100, graph, sendrecv / one-way us, zero-copy against staged
+  // (session 16 call 2): 1 MB 16.2 / 14.6 against 13.2 / 13.0, 4 MB 25.4 / 23.9 against 22.4 / 22.0,
+  // 16 MB 60.4 / 57.9 against 63.0 / 62.8, 64 MB 199.7 / 198.8 against 213.4 / 204.8, 256 MB
+  // 751.6 / 741.5 against 805.7 / 776.6; call 3: 8 MB 37.0 / 35.3 against 35.4 / 34.9 (still
+  // behind), 16 MB 60.2 / 58.1 against 62.2 / 62.4.
+  size_t stream_direct_ipc_min = size_t(16) << 20;
 
   // ---- the NCCL-compatible library (src/nccl/, libnccl.so.2); the rest of the library ignores them.
   // The real NCCL to forward to (PEERLINK_NCCL_LIBRARY: a path to libnccl.so.2); "" = the usual places.

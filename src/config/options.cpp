@@ -62,6 +62,7 @@ constexpr Range kStreamThreads{"stream_threads", "PEERLINK_STREAM_THREADS", 0, 5
 constexpr Range kStreamLlMax{"stream_ll_max", "PEERLINK_STREAM_LL_MAX", 0, 512LL << 10};
 constexpr Range kStreamCeMin{"stream_ce_min", "PEERLINK_STREAM_CE_MIN", 0, 1LL << 40};
 constexpr Range kStreamDirectMin{"stream_direct_min", "PEERLINK_STREAM_DIRECT_MIN", 0, 1LL << 40};
+constexpr Range kStreamDirectIpcMin{"stream_direct_ipc_min", "PEERLINK_STREAM_DIRECT_IPC_MIN", 0, 1LL << 40};
 constexpr Range kNcclP2pPlanMin{"nccl_p2p_plan_min", "PEERLINK_NCCL_P2P_PLAN_MIN", 0, 1LL << 40};
 constexpr Range kStreamCeLanes{"stream_ce_lanes", "PEERLINK_STREAM_CE_LANES", 1, 4};
 
@@ -263,6 +264,8 @@ Options Options::from_env() {
   if (const char* v = env(kStreamLlMax.var)) o.stream_ll_max = static_cast<size_t>(parse_int(kStreamLlMax, v));
   if (const char* v = env(kStreamCeMin.var)) o.stream_ce_min = static_cast<size_t>(parse_int(kStreamCeMin, v));
   if (const char* v = env(kStreamDirectMin.var)) o.stream_direct_min = static_cast<size_t>(parse_int(kStreamDirectMin, v));
+  if (const char* v = env(kStreamDirectIpcMin.var))
+    o.stream_direct_ipc_min = static_cast<size_t>(parse_int(kStreamDirectIpcMin, v));
   if (const char* v = env(kNcclP2pPlanMin.var))
     o.nccl_p2p_plan_min = static_cast<size_t>(parse_int(kNcclP2pPlanMin, v));
   if (const char* v = env("PEERLINK_STREAM_ACQUIRE_LOAD"))
@@ -324,6 +327,7 @@ void Options::validate() const {
   check_size(kStreamLlMax, stream_ll_max);
   check_size(kStreamCeMin, stream_ce_min);
   check_size(kStreamDirectMin, stream_direct_min);
+  check_size(kStreamDirectIpcMin, stream_direct_ipc_min);
   check_size(kNcclP2pPlanMin, nccl_p2p_plan_min);
   check(kStreamCeLanes, stream_ce_lanes);
 }

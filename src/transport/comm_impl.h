@@ -46,6 +46,8 @@ class CommImpl final : public CommServices {
   void* map_published(int peer, uint32_t buf_id, uint64_t version, size_t offset, size_t len, const char* what,
                       std::shared_ptr<void>* hold, bool* in_process = nullptr) override;
   uint64_t local_published_len(int peer, uint32_t buf_id, char** ptr) override;
+  void* try_map_published(int peer, uint32_t buf_id, uint64_t version, size_t* len,
+                          std::shared_ptr<void>* hold) override;
 
   // ---- the public API (Communicator forwards here) -----------------------------------------
   void* alloc(size_t bytes);

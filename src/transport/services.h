@@ -79,6 +79,11 @@ class CommServices {
                               const char* what, std::shared_ptr<void>* hold, bool* in_process = nullptr) = 0;
   virtual uint64_t local_published_len(int peer, uint32_t buf_id, char** ptr) = 0;
   virtual void notify_ipc_buffer(int peer, uint32_t buf_id, void* ptr, size_t len, uint64_t version) = 0;
+  // map_published without waiting: nullptr while peer has not published buf_id at `version` (yet);
+  // else the base of the whole publication, *len its length. InvalidArgument when it was revoked
+  // (freed) or is at another version.
+  virtual void* try_map_published(int peer, uint32_t buf_id, uint64_t version, size_t* len,
+                                  std::shared_ptr<void>* hold) = 0;
   virtual Path path_to(int peer) const = 0;
   virtual std::string path_reason(int peer) const = 0;  // why path_to(peer) is what it is
 

@@ -1,9 +1,10 @@
 // Services the stream-ordered engine (stream_p2p.h) needs from the transport: the mapping of a
-// peer's published buffer at an exact version (sender), and the length this rank published under a
-// buffer id (receiver). Kept in their own file so the stream engine touches no transport internals.
+// peer's published buffer at an exact version (sender; waiting for it, or not: the NCCL form's
+// zero-copy binds), and the length this rank published under a buffer id (receiver). Kept in their own file so the stream engine touches no transport internals.
 #include "common/log.h"
 #include "peerlink/errors.h"
 #include "transport/comm_impl.h"
+#include "transport/registry.h"
 #include "transport/transport.h"
 
 namespace peerlink::detail {
@@ -27,6 +28,19 @@ Binding Transport::bind_published(int peer, uint32_t buf_id, uint64_t version, s
   return ipc_->bind(peer, pub);
 }
 
+std::optional<Binding> Transport::try_bind_published(int peer, uint32_t buf_id, uint64_t version, const char* what) {
+  rethrow_worker_error();
+  check_peer(peer);
+  std::optional<Publication> pub = registry_read(peers_[peer]->env.out.reg, buf_id);
+  if (!pub) return std::nullopt;
+  if (pub->revoked)
+    throw InvalidArgument(cat(what, " to rank ", peer, ": buffer ", buf_id, " was freed by rank ", peer));
+  if (pub->version != version)
+    throw InvalidArgument(cat(what, " to rank ", peer, ": buffer ", buf_id, " is at version ", pub->version,
+                              ", expected ", version));
+  return ipc_->bind(peer, *pub);
+}
+
 uint64_t Transport::published_len(int peer, uint32_t buf_id, char** ptr) {
   Peer& P = *peers_[peer];
   std::lock_guard<std::mutex> g(P.pubs.mu);
@@ -45,6 +59,17 @@ void* CommImpl::map_published(int peer, uint32_t buf_id, uint64_t version, size_
   *hold = b.map;  // keeps the mapping open while an operation uses it
   if (in_process) *in_process = b.map && b.map->in_process();
   return b.ptr + offset;
+}
+
+void* CommImpl::try_map_published(int peer, uint32_t buf_id, uint64_t version, size_t* len,
+                                  std::shared_ptr<void>* hold) {
+  validate_peer(peer, "zero-copy bind");
+  check_open("zero-copy bind");
+  std::optional<Binding> b = transport_->try_bind_published(peer, buf_id, version, "zero-copy bind");
+  if (!b) return nullptr;
+  *hold = b->map;
+  *len = b->len;
+  return b->ptr;
 }
 
 uint64_t CommImpl::local_published_len(int peer, uint32_t buf_id, char** ptr) {

@@ -1,5 +1,6 @@
-// Device side of the NCCL form's zero-copy messages between two ranks of one process (pairs whose
-// DevChannel::direct is set; messages with is_direct(len)). Included only by stream_raw_device.h.
+// Device side of the NCCL form's zero-copy messages (pairs whose DevChannel::direct is set: kDirectLocal
+// between two ranks of one process, kDirectIpc between processes; messages with is_direct(len)).
+// Included only by stream_raw_device.h.
 //
 // Why: a staged message crosses NVLink into the receiver's staging slot, then the receiver copies
 // it out, with a fence and a flag per 128 KB chunk. On 2x H200, two ranks as threads of one
@@ -30,6 +31,15 @@
 // block with a chunk of it has read the post), and a launch holds fewer messages than the ring
 // (kMaxLaunchOps < kDirectRing). A sender block with no chunk of a staged message may find its post
 // already replaced by a later one (tag ahead of d): that means "staged", and it has nothing to do.
+//
+// Between processes (kDirectIpc; host side and why: stream_zc.h) the receiver's host cannot hand
+// the sender an address: it exports the receive allocation under a zero-copy slot, the sender's
+// host maps it and a sender launch enters it in the sender's private table, then acknowledges the
+// slot in the receiver's area (write_zc_binds). The receiver's block 0 decides per message at run
+// time (zero-copy once the slot is acknowledged: choose_ipc), posts ipc_post(slot, offset), and
+// records its choice for the channel's other blocks (direct_choice), which stage or skip by it. The
+// sender resolves the post against its own table and refuses any post that does not fall inside
+// the allocation bound under that slot, or a plain address from another process (post_target).
 #pragma once
 #include "transport/stream_device.h"
 
@@ -74,11 +84,85 @@ __device__ void send_direct(const Ctx& x, const DevOp& op, char* dst, uint64_t d
     store_release_system(&x.c->remote->direct_done.v, d);
 }
 
-// Receiver, thread `poster` of block 0: where message d goes (0: staged).
-__device__ __forceinline__ void post_direct(const Ctx& x, uint64_t d, const char* dst) {
-  const uint64_t a = reinterpret_cast<uint64_t>(dst);
+// Block 0, thread 0 of a launch that carries binds (before anything else): enters them in this rank's
+// table, then (after a system fence, so a sender block that sees a post naming the slot finds the
+// entry) acknowledges each slot in the peer's area.
+__device__ void write_zc_binds(const StreamLaunchHeader& L) {
+  for (int i = 0; i < L.nbinds; ++i) {
+    volatile ZcEntry* e = &L.zc_table[uint64_t(L.binds[i].peer) * kZcSlots + uint64_t(L.binds[i].slot)];
+    e->base = L.binds[i].base;
+    e->size = L.binds[i].size;
+  }
+  fence_system();
+  for (int i = 0; i < L.nbinds; ++i) store_release_system(&L.binds[i].remote->zc_ack[L.binds[i].slot], 1);
+}
+
+// Thread 0 of a sender block: the destination that post `a` (non-zero) names, or nullptr after
+// recording a protocol error (the pair stops). In-process posts are addresses in this process;
+// posts between processes are ipc_post(slot, offset), checked against this rank's own table so that
+// the message lies inside the allocation the peer exported under that slot.
+__device__ char* post_target(const Ctx& x, uint64_t a, uint64_t len) {
+  if (x.c->direct == kDirectLocal && !(a & kPostIpc)) return reinterpret_cast<char*>(a);
+  if (x.c->direct == kDirectIpc && (a & kPostIpc)) {
+    const uint64_t slot = (a & ~kPostIpc) >> 48, off = a & kPostOffsetMask;
+    if (slot < uint64_t(kZcSlots)) {
+      const volatile ZcEntry* e = &x.L->zc_table[uint64_t(x.c->peer) * kZcSlots + slot];
+      uint64_t base = e->base, size = e->size;
+      if (size == 0) {  // entered by block 0 of this very launch: order our reads after its fence
+        fence_acq_rel_system();
+        base = e->base;
+        size = e->size;
+      }
+      if (size != 0 && off <= size && len <= size - off) return reinterpret_cast<char*>(base + off);
+    }
+  }
+  record_error(x, kErrProtocol);
+  abort_pair(x);
+  return nullptr;
+}
+
+// Receiver, block 0: where message d goes (0: staged).
+__device__ __forceinline__ void post_direct(const Ctx& x, uint64_t d, uint64_t a) {
   store_volatile_16(&x.c->remote->direct_post[d % kDirectRing], uint32_t(a), direct_tag(d), uint32_t(a >> 32),
                     direct_tag(d));
+}
+
+// Receiver, between processes, all threads of a block: zero-copy candidate d into an exported
+// allocation (kOpDirectIpc). Block 0 decides (zero-copy once the sender acknowledged the slot), tells
+// the host (zc_seen), records the choice for the channel's other blocks and posts; a block with
+// chunks of the message waits for that choice (block 0 makes it before it waits for anything of
+// message d, so this wait never closes a cycle). Returns 1 zero-copy, 0 staged, -1 failed
+// (recorded). A block without chunks of the message gets 1: it has nothing to do either way.
+__device__ int choose_ipc(const Ctx& x, const DevOp& op, uint64_t d, bool has_chunks) {
+  __shared__ int s_choice;
+  if (x.blk != 0 && !has_chunks) return 1;
+  if (threadIdx.x == 0) {
+    volatile uint64_t* choice = &x.c->mine->direct_choice[d % kDirectRing];
+    if (x.blk == 0) {
+      const uint64_t slot = op.buf_id;  // < kZcSlots: this rank's host set it
+      const int zc = load_volatile(&x.c->mine->zc_ack[slot]) != 0 ? 1 : 0;
+      if (zc) reinterpret_cast<volatile uint8_t*>(x.L->zc_seen)[uint64_t(x.c->peer) * kZcSlots + slot] = 1;
+      *choice = 2 * d + uint64_t(zc);
+      post_direct(x, d, zc ? ipc_post(slot, op.offset) : 0);
+      s_choice = zc;
+    } else {
+      s_choice = -1;
+      uint64_t t0 = 0;
+      for (uint32_t n = 0;; ++n) {
+        const uint64_t v = *choice;
+        if (v >> 1 == d) {
+          s_choice = int(v & 1);
+          break;
+        }
+        if (n == 0) t0 = now_ns();
+        if ((n & 127) == 127 && wait_failed(x, t0)) break;
+      }
+    }
+  }
+  __syncthreads();
+  const int r = s_choice;
+  __syncthreads();  // read by all before thread 0 rewrites it for the next message
+  return r;
 }
 
 // Receiver, block 0 (all threads): zero-copy message d whose chunks are [gs, gs + n) of the pair and

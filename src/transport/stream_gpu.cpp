@@ -12,6 +12,7 @@
 #include "transport/services.h"
 #include "transport/stream_launch.h"
 #include "transport/stream_p2p.h"
+#include "transport/stream_zc.h"
 
 namespace peerlink::detail {
 
@@ -111,8 +112,12 @@ void StreamEngine::assign_blocks(StreamLaunch& L) const {
     const DevChannel& ch = L.ch[c];
     uint64_t cap = uint64_t(std::max(1, channel_blocks_));
     bool zc_send = false;  // an NCCL-form send with a zero-copy candidate
-    if (ch.kind == int(StreamOpKind::SendRaw) && ch.direct)
-      for (int i = 0; i < ch.nops; ++i) zc_send |= is_direct(L.ops[ch.first_op + i].len, direct_min_, ll_max_);
+    // Between processes only once a receive buffer of the peer is mapped: a staged run is faster
+    // with fewer blocks (below).
+    const bool zc_likely = ch.direct == kDirectLocal || (ch.direct == kDirectIpc && zc_->bound_any(ch.peer));
+    if (ch.kind == int(StreamOpKind::SendRaw) && zc_likely)
+      for (int i = 0; i < ch.nops; ++i)
+        zc_send |= is_direct(L.ops[ch.first_op + i].len, direct_min_of(ch.direct, direct_min_, direct_ipc_min_), ll_max_);
     if (zc_send && comm_.options().stream_blocks <= 0) cap = kDirectChannelBlocks;
     uint64_t w = 1;
     if (ch.kind == int(StreamOpKind::SendPub)) {
@@ -135,7 +140,10 @@ void StreamEngine::assign_blocks(StreamLaunch& L) const {
         const DevOp& op = L.ops[ch.first_op + i];
         const uint64_t piece = raw_piece(op.len, chunk_, ll_max_);
         // A zero-copy recv is one block's wait (stream_direct_device.h): its chunks are never staged.
-        w += (op.flags & kOpDirectOk) ? 1 : op.len ? (op.len + piece - 1) / piece : 1;
+        // Between processes the kernel decides; one block once a recv found its slot acknowledged
+        // (from then on it always is), else as many as staging needs.
+        const bool zc = (op.flags & kOpDirectOk) || ((op.flags & kOpDirectIpc) && zc_->seen(ch.peer, int(op.buf_id)));
+        w += zc ? 1 : op.len ? (op.len + piece - 1) / piece : 1;
       }
       // A long run of staged chunks: fewer blocks than slots, so a block can stage its next chunk
       // in a free slot while its last one is still being copied out (with one block per slot each
@@ -194,6 +202,7 @@ void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
     L.ll_slot = pub_ll_slot_bytes(ll_max_);
     L.staging_off = staging_offset(true, ll_max_);
     L.direct_min = direct_min_;
+    L.direct_ipc_min = direct_ipc_min_;
     // Channels in order of first appearance; each channel's ops contiguous, in call order.
     std::vector<const StreamOp*> mine;
     for (const StreamOp& op : ops)
@@ -216,7 +225,7 @@ void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
       ch.mine = self ? nullptr : this->mine(head.peer);
       ch.remote = self ? nullptr : remote_[head.peer];
       const bool raw = head.kind == StreamOpKind::SendRaw || head.kind == StreamOpKind::RecvRaw;
-      ch.direct = raw && in_process_[head.peer] ? 1 : 0;
+      ch.direct = !raw ? 0 : in_process_[head.peer] ? kDirectLocal : zc_ ? kDirectIpc : 0;
       for (size_t j = i; j < mine.size(); ++j) {
         const StreamOp& op = *mine[j];
         if (op.peer != head.peer || op.kind != head.kind) continue;
@@ -229,7 +238,8 @@ void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
         d.len = op.len;
         d.offset = op.offset;
         d.buf_id = op.buf_id;
-        d.flags = op.direct_ok ? kOpDirectOk : 0;
+        d.flags = op.direct_ok ? kOpDirectOk : op.zc_slot >= 0 ? kOpDirectIpc : 0;
+        if (op.zc_slot >= 0) d.buf_id = uint32_t(op.zc_slot);
         ++ch.nops;
         if (op.hold) holds[s].push_back(op.hold);
       }
@@ -241,12 +251,21 @@ void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
   bool capturing = false;
   for (void* st : streams) capturing |= gpu::stream_is_capturing(st);
   if (!capturing) reap_inflight(false);
+  // Zero-copy binds ride on the first launch that is not captured (a replayed bind would only
+  // rewrite the same entry) and is a kernel (not the copy-engine path's).
+  int bind_launch = -1;
+  for (size_t s = 0; s < streams.size() && zc_; ++s) {
+    const bool binds = !capturing && bind_launch < 0 && !ce[s];
+    if (binds) bind_launch = int(s);
+    zc_->fill(launches[s], remote_, binds);
+  }
   const int prev = gpu::current_device();
   if (prev != comm_.device()) gpu::set_device(comm_.device());
   try {
     for (size_t s = 0; s < streams.size(); ++s) {
       if (ce[s]) launch_ce(launches[s], streams[s]);
       else launch_stream_batch(launches[s], streams[s]);
+      if (int(s) == bind_launch) zc_->committed(launches[s].nbinds);
       if (gpu::stream_is_capturing(streams[s])) {
         // A graph may replay this launch at any time: its mappings stay open with the engine
         // (once each: captures of the same buffers add nothing).

@@ -41,6 +41,7 @@ __global__ void __launch_bounds__(kThreads, 1) stream_batch_kernel(const PL_GRID
   // a recv buffer before the bytes landed: the same contract as the allreduce's PDL).
   pdl_wait();
   pdl_launch_dependents();
+  if (L.nbinds && blockIdx.x == 0 && threadIdx.x == 0) write_zc_binds(L);
   int ci = 0;  // the channel whose block range holds this block (ranges are not in channel order)
   for (int c = 0; c < L.nch; ++c)
     if (int(blockIdx.x) >= L.ch[c].first_block && int(blockIdx.x) < L.ch[c].first_block + L.ch[c].nblocks) ci = c;

@@ -80,11 +80,40 @@ struct DevOp {
   uint64_t len;
   uint64_t offset;
   uint32_t buf_id;
-  uint32_t flags;  // RecvRaw: kOpDirectOk
+  uint32_t flags;  // RecvRaw: kOpDirectOk / kOpDirectIpc
 };
 // RecvRaw of a zero-copy candidate (is_direct) whose buffer the peer's GPU can write: the kernel
 // posts its address (else 0, and the message is staged).
 constexpr uint32_t kOpDirectOk = 1;
+// RecvRaw of a zero-copy candidate from a peer in another process, into an allocation exported to
+// it under zero-copy slot buf_id (stream_zc.h), at `offset` into that allocation: the kernel posts
+// ipc_post(buf_id, offset) once the peer acknowledged the slot (PairSection::zc_ack), else 0.
+constexpr uint32_t kOpDirectIpc = 2;
+
+// Between processes (stream_zc.h): where the receive allocation a peer exported under a zero-copy
+// slot lies in this process, in this rank's private table [peer][kZcSlots] (device memory only
+// this rank writes: a peer names a slot and an offset, never an address).
+struct ZcEntry {
+  uint64_t base;
+  uint64_t size;  // 0: slot not bound
+};
+// A table entry a launch writes before anything else (block 0, thread 0), then acknowledges into
+// the peer's area (remote->zc_ack[slot] = 1, after a system fence).
+struct ZcBind {
+  uint64_t base;
+  uint64_t size;
+  PairSection* remote;  // section `rank` of the peer's area
+  int32_t peer;
+  int32_t slot;
+};
+constexpr int kMaxLaunchBinds = 2;
+
+// DevChannel::direct: the pair shares this process (posts are addresses) / is in two processes
+// (posts name zero-copy slots: stream_zc.h). Both sides of a pair agree (in-process is symmetric;
+// kDirectIpc follows from Options::stream_direct_ipc_min, equal on both: AreaHeader). The threshold
+// of a channel's candidates: direct_min_of.
+constexpr int32_t kDirectLocal = 1;
+constexpr int32_t kDirectIpc = 2;
 
 struct DevChannel {
   int16_t kind;         // StreamOpKind
@@ -93,10 +122,14 @@ struct DevChannel {
   int16_t nops;
   int16_t first_block;  // blocks [first_block, first_block + nblocks) of the grid
   int16_t nblocks;
-  int32_t direct;       // NCCL form: the pair shares this process (zero-copy candidates: is_direct)
+  int32_t direct;       // NCCL form, zero-copy candidates (is_direct) posted: kDirectLocal / kDirectIpc, else 0
   PairSection* mine;    // this rank's section for `peer`
   PairSection* remote;  // section `rank` of the peer's area, mapped here
 };
+
+PL_STREAM_HD inline uint64_t direct_min_of(int32_t direct, uint64_t direct_min, uint64_t direct_ipc_min) {
+  return direct == kDirectLocal ? direct_min : direct == kDirectIpc ? direct_ipc_min : 0;
+}
 
 // Everything of a launch but its ops and channels (the device code's view: Ctx).
 struct StreamLaunchHeader {
@@ -113,6 +146,12 @@ struct StreamLaunchHeader {
   uint64_t ll_slot;      // pub_ll_slot_bytes(ll_max): stride of the published-form LL ring
   uint64_t staging_off;  // staging_offset(true, ll_max)
   uint64_t direct_min;   // Options::stream_direct_min (0 = no zero-copy NCCL form)
+  uint64_t direct_ipc_min;  // Options::stream_direct_ipc_min (between processes; 0 = none)
+  ZcEntry* zc_table;     // device: this rank's zero-copy table [world][kZcSlots] (stream_zc.h)
+  uint8_t* zc_seen;      // host-mapped [world][kZcSlots]: a recv found the slot acknowledged
+  int32_t nbinds;
+  int32_t pad_binds;
+  ZcBind binds[kMaxLaunchBinds];
 };
 
 // The kernel's parameter block. The host builds the largest form; launch_stream_batch passes a

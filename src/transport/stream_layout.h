@@ -29,12 +29,18 @@ namespace peerlink::stream {
 // area under kAreaBufId); user calls naming them get InvalidArgument.
 constexpr uint32_t kReservedBufBase = 0xFFFFFF00u;
 constexpr uint32_t kAreaBufId = 0xFFFFFF01u;
-constexpr uint64_t kAreaMagic = 0x706c5354524d3035ull;  // "plSTRM05" (half-slot chunks up to kHalfChunkMax)
+constexpr uint64_t kAreaMagic = 0x706c5354524d3036ull;  // "plSTRM06" (zero-copy between processes)
 constexpr int kDescRing = 64;   // published-form recvs posted ahead of completion, per pair
 constexpr int kMaxSlots = 64;   // NCCL-form staging slots per ordered pair (at most)
-// NCCL-form zero-copy posts (in-process pairs, Options::stream_direct_min) in flight per pair: more
-// than a launch holds (kMaxLaunchOps), so a launch never overwrites a post it made itself.
+// NCCL-form zero-copy posts (Options::stream_direct_min) in flight per pair: more than a launch
+// holds (kMaxLaunchOps), so a launch never overwrites a post it made itself.
 constexpr int kDirectRing = 64;
+// NCCL-form zero-copy between processes (stream_zc.h): receive allocations one rank exports to one
+// peer, each under its own reserved buffer id kZcBufBase + slot, never reused.
+constexpr int kZcSlots = 64;
+constexpr uint32_t kZcBufBase = 0xFFFFFF40u;
+static_assert(kZcBufBase >= kReservedBufBase && kZcBufBase + kZcSlots <= 0xFFFFFFFFu && kAreaBufId < kZcBufBase,
+              "zero-copy ids are reserved ids of their own");
 
 // Status of a published-form message (ReadyDesc::status).
 constexpr uint32_t kStatusOk = 1;
@@ -53,15 +59,20 @@ struct AreaHeader {
   uint64_t section_bytes;  // bytes per peer section (flags + staging)
   uint64_t ll_max;         // GPU: Options::stream_ll_max (rounded up to 8); the LL ring follows it
   uint64_t direct_min;     // GPU: Options::stream_direct_min (0 on the host backend)
-  uint64_t pad;
+  uint64_t direct_ipc_min; // GPU: Options::stream_direct_ipc_min (0 on the host backend)
 };
 
 // NCCL-form zero-copy post (stream_raw_device.h): {address low, tag, address high, tag}, written by
 // the receiver as one 16-byte line (two 8-byte halves, each a unit, as an LL line), tag = the low 32
-// bits of the pair's zero-copy message number; address 0 = "not this time: stage it".
+// bits of the pair's zero-copy message number; address 0 = "not this time: stage it". Between
+// processes the "address" is kPostIpc | slot << 48 | offset: the offset into the receive allocation
+// the receiver exported under zero-copy slot `slot`, which the sender looks up in its own table.
 struct alignas(16) DirectPost {
   uint32_t addr_lo, tag0, addr_hi, tag1;
 };
+constexpr uint64_t kPostIpc = uint64_t(1) << 63;
+constexpr uint64_t kPostOffsetMask = (uint64_t(1) << 48) - 1;
+PL_STREAM_HD constexpr uint64_t ipc_post(uint64_t slot, uint64_t offset) { return kPostIpc | slot << 48 | offset; }
 
 // Written by the receiver together with `pub_posted`: what its k-th published-form recv expects.
 struct PostDesc {
@@ -119,12 +130,18 @@ struct PairSection {
   // GPU copy-engine sends (stream_ce_device.h, kinds kChCeWait / kChCeDone): what the waiting kernel
   // found for message k (kStatusOk / kStatusMismatch), read by the publishing kernel.
   uint64_t ce_status[kDescRing];
-  // GPU NCCL-form zero-copy messages (in-process pairs only; stream_raw_device.h says how):
+  // GPU NCCL-form zero-copy messages (stream_direct_device.h says how):
   DirectPost direct_post[kDirectRing];  // written by the peer q (receiver): where zero-copy message d goes
   Line direct_done;       // written by q (sender): its zero-copy messages to this rank up to here landed
   Line direct_sent;       // this rank's zero-copy messages sent to q / received from q (own counters)
   Line direct_recvd;
   uint64_t direct_arrive[kDirectRing];  // blocks that finished their share of zero-copy message d (own)
+  // Between processes (stream_zc.h): written by q (sender), 1 once q mapped this rank's receive
+  // allocation exported under zero-copy slot s and entered it in its table.
+  uint64_t zc_ack[kZcSlots];
+  // Own: block 0's choice for zero-copy candidate d between processes, read by the channel's other
+  // blocks (2d + 1 zero-copy, 2d staged).
+  uint64_t direct_choice[kDirectRing];
 };
 
 // GPU LL lines (messages of at most Options::stream_ll_max bytes, "ll_max"; both sides agree: it is in

@@ -12,6 +12,7 @@
 #include "peerlink/errors.h"
 #include "transport/services.h"
 #include "transport/stream_launch.h"
+#include "transport/stream_zc.h"
 
 namespace peerlink::detail {
 
@@ -65,6 +66,7 @@ StreamEngine::StreamEngine(CommServices& comm) : comm_(comm) {
   static_assert(kHostSlots <= size_t(kMaxSlots) && kGpuSlots <= size_t(kMaxSlots), "slots");
   ll_max_ = host_ ? 0 : round_up(comm.options().stream_ll_max, 8);
   direct_min_ = host_ ? 0 : comm.options().stream_direct_min;
+  direct_ipc_min_ = host_ ? 0 : comm.options().stream_direct_ipc_min;
   static_assert(kLLMaxCap <= size_t(kMaxSlots) * kLLPiece, "an LL message fits the NCCL-form slots");
   sec_bytes_ = section_bytes(slots_, chunk_, !host_, ll_max_);
   area_len_ = area_bytes(world_, slots_, chunk_, !host_, ll_max_);
@@ -84,6 +86,7 @@ StreamEngine::StreamEngine(CommServices& comm) : comm_(comm) {
     h.section_bytes = sec_bytes_;
     h.ll_max = ll_max_;
     h.direct_min = direct_min_;
+    h.direct_ipc_min = direct_ipc_min_;
     if (host_) {
       std::memset(area_, 0, area_len_);  // counters start at 0 (flags need no reset later)
       std::memcpy(area_, &h, sizeof h);
@@ -100,6 +103,7 @@ StreamEngine::StreamEngine(CommServices& comm) : comm_(comm) {
       channel_blocks_ = o.stream_blocks > 0 ? o.stream_blocks : kMaxChannelBlocks;
       const int cc = gpu::compute_capability(comm.device());
       pdl_ = (o.stream_pdl < 0 ? cc >= 90 : o.stream_pdl != 0) && cc >= 90;
+      if (direct_ipc_min_ > 0) zc_ = std::make_unique<StreamZeroCopy>(comm, world_);
       ce_min_ = o.stream_ce_min;
       if (ce_min_ > 0) {  // created now: never while a caller's stream is being captured
         ce_events_.push_back(gpu::EventOwner::create(comm.device()));
@@ -129,6 +133,7 @@ StreamEngine::~StreamEngine() {
   } catch (...) {
   }
   graph_holds_.clear();
+  zc_.reset();  // its mappings of the peers' receive buffers; no kernel of ours runs any more
   remote_hold_.clear();
   try {
     comm_.backend().free(area_);
@@ -177,13 +182,14 @@ void StreamEngine::bind_peer(int peer) {
   AreaHeader h{};
   comm_.backend().copy_sync(&h, base, sizeof h);
   if (h.magic != kAreaMagic || h.world != uint64_t(world_) || h.slots != slots_ || h.chunk != chunk_ ||
-      h.section_bytes != sec_bytes_ || h.ll_max != ll_max_ || h.direct_min != direct_min_)
+      h.section_bytes != sec_bytes_ || h.ll_max != ll_max_ || h.direct_min != direct_min_ ||
+      h.direct_ipc_min != direct_ipc_min_)
     throw Error(cat("stream setup with rank ", peer, ": its area has magic ", h.magic, ", ", h.world, " ranks, ", h.slots,
                     " slots of ", h.chunk, " bytes, sections of ", h.section_bytes, ", LL up to ", h.ll_max,
-                    " bytes, zero-copy from ", h.direct_min, " bytes; this rank expects ", world_, "/", slots_, "/",
-                    chunk_, "/", sec_bytes_, "/", ll_max_, "/", direct_min_,
-                    " (different library builds or backends, or PEERLINK_STREAM_LL_MAX / PEERLINK_STREAM_DIRECT_MIN "
-                    "differs between ranks?)"));
+                    " bytes, zero-copy from ", h.direct_min, " / ", h.direct_ipc_min, " bytes; this rank expects ", world_,
+                    "/", slots_, "/", chunk_, "/", sec_bytes_, "/", ll_max_, "/", direct_min_, " / ", direct_ipc_min_,
+                    " (different library builds or backends, or PEERLINK_STREAM_LL_MAX / PEERLINK_STREAM_DIRECT_MIN / "
+                    "PEERLINK_STREAM_DIRECT_IPC_MIN differs between ranks?)"));
   bool in_process = false;
   base = comm_.map_published(peer, kAreaBufId, 1, 0, area_len_, "stream setup", &hold, &in_process);
   in_process_[peer] = in_process ? 1 : 0;
@@ -263,8 +269,14 @@ void StreamEngine::send_raw(int peer, const void* src, size_t len, void* stream)
   if (self) return queue_self(std::move(op));
   check_pair(peer);
   bind_peer(peer);
+  // Between processes: map the receive buffers the peer exported since (stream_zc.h), never inside
+  // a capture (no driver calls that could invalidate it).
+  if (zc_ && !in_process_[peer] && is_direct(len, direct_ipc_min_, ll_max_) && !gpu::stream_is_capturing(stream))
+    zc_->poll(peer);
   submit(std::move(op));
 }
+
+int StreamEngine::zero_copy_slots_seen(int peer) const { return zc_ ? zc_->seen_count(peer) : 0; }
 
 void StreamEngine::recv_raw(int peer, void* dst, size_t len, void* stream) {
   std::lock_guard<std::recursive_mutex> g(mu_);
@@ -288,6 +300,13 @@ void StreamEngine::recv_raw(int peer, void* dst, size_t len, void* stream) {
   // own access lists, and another device's memory may lack peer access: those are staged.
   if (!host_ && in_process_[peer] && is_direct(len, direct_min_, ll_max_))
     op.direct_ok = gpu::pointer_device(dst) == comm_.device() && gpu::ipc_capable(dst);
+  // Between processes: dst's allocation exported to the peer (stream_zc.h); none exported while
+  // capturing (no driver calls that could invalidate the capture).
+  uint64_t zc_off = 0;
+  if (zc_ && !in_process_[peer] && is_direct(len, direct_ipc_min_, ll_max_)) {
+    op.zc_slot = zc_->offer(peer, dst, len, !gpu::stream_is_capturing(stream), &zc_off);
+    op.offset = zc_off;
+  }
   submit(std::move(op));
 }
 

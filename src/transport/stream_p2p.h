@@ -27,7 +27,9 @@
 //                   flag or the lines, whichever. Between two ranks of one process, a message of at
 //                   least Options::stream_direct_min bytes goes zero-copy when the recv buffer is
 //                   within the sender GPU's reach: the receiver posts its address, the sender writes
-//                   straight into it: stream_direct_device.h.)
+//                   straight into it: stream_direct_device.h. Between processes the same from
+//                   Options::stream_direct_ipc_min, into receive allocations exported to the
+//                   sender and acknowledged by it: stream_zc.h.)
 // The two forms are separate FIFO channels (a published-form send is matched only by a
 // published-form recv), and both are separate from the host-driven isend/irecv channel: mixing
 // them on one pair is allowed and each channel keeps its own order. (They share no counters, so
@@ -70,6 +72,7 @@ struct StreamLaunch;
 namespace peerlink::detail {
 
 class CommServices;
+class StreamZeroCopy;
 
 // LocalCopy: an NCCL-form send to this rank itself matched with its recv in one group
 // (stream_launch.h kChLocalCopy: the batch kernel's blocks copy it beside the other channels).
@@ -98,6 +101,7 @@ struct StreamOp {
   bool posted = false;
   bool done = false;
   bool direct_ok = false;    // GPU RecvRaw, zero-copy candidate: the peer's GPU may write dst (stream_direct_device.h)
+  int zc_slot = -1;          // GPU RecvRaw from another process: dst's zero-copy slot (offset: into it; stream_zc.h)
   std::exception_ptr error;  // a mismatch, reported after the whole batch moved
 };
 
@@ -121,6 +125,9 @@ class StreamEngine {
   // beside the owner's calls (NCCL's ncclCommGetAsyncError from a watchdog); the owner's next call
   // still reports the error itself and marks the pair broken.
   void rethrow_async_error() const;
+
+  // Tests: zero-copy slots of peer that this rank's recvs found acknowledged (stream_zc.h).
+  int zero_copy_slots_seen(int peer) const;
 
   size_t chunk_bytes() const { return chunk_; }
   size_t slots() const { return slots_; }
@@ -165,7 +172,9 @@ class StreamEngine {
   size_t ll_max_ = 0;          // Options::stream_ll_max rounded up to 8 (GPU; 0 on the host backend)
   size_t ce_min_ = 0;          // Options::stream_ce_min (0: no copy-engine path)
   size_t direct_min_ = 0;      // Options::stream_direct_min (GPU; 0 on the host backend)
+  size_t direct_ipc_min_ = 0;  // Options::stream_direct_ipc_min (GPU; 0 on the host backend)
   std::vector<char> in_process_;  // [q]: q is a rank of this process (its area mapped by pointer)
+  std::unique_ptr<StreamZeroCopy> zc_;  // NCCL-form zero-copy between processes (GPU, stream_direct_min > 0)
   std::vector<gpu::StreamOwner> ce_lanes_;  // side streams of the copy-engine path (lanes - 1)
   std::vector<gpu::EventOwner> ce_events_;  // [0] fork, [1 + l] join of side lane l
   struct Inflight {

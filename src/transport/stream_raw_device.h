@@ -39,11 +39,15 @@ __device__ void send_raw(const Ctx& x) {
     const DevOp& op = x.ops[c.first_op + i];
     const bool ll = is_ll(op.len, x.L->ll_max);
     const uint64_t n = chunks_of(op.len, chunk, x.L->ll_max);
-    if (c.direct && is_direct(op.len, x.L->direct_min, x.L->ll_max)) {
+    if (c.direct && is_direct(op.len, direct_min_of(c.direct, x.L->direct_min, x.L->direct_ipc_min), x.L->ll_max)) {
       const uint64_t d = d0 + ++nd;
       if (threadIdx.x == 0) {
         uint64_t a = 0;
         s_go = wait_direct_post(x, d, &a);
+        if (s_go && a) {
+          a = reinterpret_cast<uint64_t>(post_target(x, a, op.len));
+          if (!a) s_go = 0;
+        }
         s_direct = a;
       }
       __syncthreads();
@@ -144,12 +148,21 @@ __device__ void recv_raw(const Ctx& x) {
     const bool ll = is_ll(op.len, x.L->ll_max);
     const uint64_t piece = raw_piece(op.len, chunk, x.L->ll_max);
     const uint64_t n = chunks_of(op.len, chunk, x.L->ll_max);
-    if (c.direct && is_direct(op.len, x.L->direct_min, x.L->ll_max)) {
+    if (c.direct && is_direct(op.len, direct_min_of(c.direct, x.L->direct_min, x.L->direct_ipc_min), x.L->ll_max)) {
       const uint64_t d = d0 + ++nd;
-      const bool zc = (op.flags & kOpDirectOk) != 0;
-      // Block 0 posts from another warp than thread 0's, which waits (as recv_pub does).
-      const unsigned poster = blockDim.x > unsigned(warpSize) ? blockDim.x - 1 : 0;
-      if (x.blk == 0 && threadIdx.x == poster) post_direct(x, d, zc ? op.dst : nullptr);
+      bool zc = (op.flags & kOpDirectOk) != 0;
+      if (op.flags & kOpDirectIpc) {
+        const int z = choose_ipc(x, op, d, first_piece(x, t0) < n);
+        if (z < 0) {
+          failed = true;
+          break;
+        }
+        zc = z == 1;
+      } else {
+        // Block 0 posts from another warp than thread 0's, which waits (as recv_pub does).
+        const unsigned poster = blockDim.x > unsigned(warpSize) ? blockDim.x - 1 : 0;
+        if (x.blk == 0 && threadIdx.x == poster) post_direct(x, d, reinterpret_cast<uint64_t>(zc ? op.dst : nullptr));
+      }
       if (zc) {
         if (x.blk == 0 && !recv_direct(x, d, g0 + t0, n, g_last, slots)) {
           failed = true;

@@ -2,6 +2,7 @@
 #pragma once
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,6 +43,8 @@ class Transport {
   // `version` (newer: stale InvalidArgument; older: waits), range-checked; and the length this rank
   // published to `peer` under buf_id (0: never).
   Binding bind_published(int peer, uint32_t buf_id, uint64_t version, size_t offset, size_t len, const char* what);
+  // bind_published without waiting: nullopt while not published at `version` (stream_bind.cpp).
+  std::optional<Binding> try_bind_published(int peer, uint32_t buf_id, uint64_t version, const char* what);
   uint64_t published_len(int peer, uint32_t buf_id, char** ptr = nullptr);  // *ptr: its base (GPU LL recv)
   // Stops the workers, fails what is pending, leaves the rendezvous. Idempotent.
   void shutdown();

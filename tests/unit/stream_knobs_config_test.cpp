@@ -45,8 +45,10 @@ TEST(StreamKnobsConfig, FromEnv) {
   env.set("PEERLINK_STREAM_CE_LANES", "3");
   env.set("PEERLINK_STREAM_ACQUIRE_LOAD", "0");
   env.set("PEERLINK_STREAM_DIRECT_MIN", "4194304");
+  env.set("PEERLINK_STREAM_DIRECT_IPC_MIN", "0");
   Options o = Options::from_env();
   EXPECT_EQ(o.stream_direct_min, size_t(4) << 20);
+  EXPECT_EQ(o.stream_direct_ipc_min, size_t(0));
   EXPECT_EQ(o.stream_ll_max, size_t(128) << 10);
   EXPECT_EQ(o.stream_ce_min, size_t(32) << 20);
   EXPECT_EQ(o.stream_ce_lanes, 3);
@@ -60,6 +62,7 @@ TEST(StreamKnobsConfig, Defaults) {
   EXPECT_EQ(o.stream_ce_lanes, 1);
   EXPECT_TRUE(o.stream_acquire_load);
   EXPECT_EQ(o.stream_direct_min, size_t(256) << 10);  // in-process zero-copy NCCL form above LL messages
+  EXPECT_EQ(o.stream_direct_ipc_min, size_t(16) << 20);  // between processes from 16 MB (session 16)
   EXPECT_NO_THROW(o.validate());
 }
 
@@ -73,7 +76,8 @@ TEST(StreamKnobsConfig, BadValuesNamed) {
                {"PEERLINK_STREAM_CE_LANES", "0"},
                {"PEERLINK_STREAM_CE_LANES", "5"},
                {"PEERLINK_STREAM_ACQUIRE_LOAD", "sometimes"},
-               {"PEERLINK_STREAM_DIRECT_MIN", "1M"}};
+               {"PEERLINK_STREAM_DIRECT_MIN", "1M"},
+               {"PEERLINK_STREAM_DIRECT_IPC_MIN", "-1"}};
   for (const Case& c : cases) {
     EnvScope env;
     env.set(c.var, c.value);
@@ -91,6 +95,7 @@ TEST(StreamKnobsConfig, BadValuesNamed) {
   bad([](Options& o) { o.stream_ce_lanes = 0; }, "stream_ce_lanes");
   bad([](Options& o) { o.stream_ce_min = (size_t(1) << 40) + 1; }, "stream_ce_min");
   bad([](Options& o) { o.stream_direct_min = (size_t(1) << 40) + 1; }, "stream_direct_min");
+  bad([](Options& o) { o.stream_direct_ipc_min = (size_t(1) << 40) + 1; }, "stream_direct_ipc_min");
 }
 
 // The NCCL-form chunking both sides derive from a message's length (stream_layout.h raw_piece):
