@@ -51,6 +51,28 @@ def test_stream_without_groups(kind):
     run_ranks(_stream, world=2, kind=kind)
 
 
+def _large(comm, ctx):
+    """NCCL-form messages above the zero-copy threshold between processes (stream_direct_ipc_min,
+    16 MB: on GPUs the library exports the receive buffers' allocations and the sender writes into
+    them once it mapped them): one receive buffer several times, then a buffer of the array library
+    each round (torch's caching allocator hands the same block back); every payload checked."""
+    n = 20 << 20
+    peer = 1 - ctx.rank
+    fixed = ctx.empty(comm, n)
+    for k in range(8):
+        if ctx.rank == 0:
+            comm.send(ctx.random(n, seed=k), peer)
+        else:
+            dst = fixed if k < 4 else ctx.random(n, seed=1000 + k)
+            comm.recv(dst, peer)
+            ctx.expect_random(dst, seed=k)
+        comm.barrier()
+
+
+def test_large_messages_into_reused_buffers(kind):
+    run_ranks(_large, world=2, kind=kind)
+
+
 def _misuse(comm, ctx):
     peer = 1 - ctx.rank
     with pytest.raises(peerlink.InvalidArgument, match="do not nest"):

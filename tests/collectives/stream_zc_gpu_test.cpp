@@ -7,12 +7,14 @@
 //   PEERLINK_TEST_GPUS=2 build-cuda/bin/peerlink_tests --gtest_filter='StreamGpuZeroCopy*'
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <vector>
 
 #include "gpu/vmm.h"
 #include "stream_gpu_harness.h"
 #include "transport/services.h"
+#include "transport/stream_layout.h"
 #include "transport/stream_p2p.h"
 
 using namespace pltest;
@@ -199,4 +201,58 @@ TEST(StreamGpuZeroCopy, SanitizerSmall) {
     gpu::stream_destroy(s);
   }, milliseconds(120000));
   EXPECT_EQ(fail, "");
+}
+
+// A receiver's post is untrusted: rank 1 (playing a hostile receiver) writes forged zero-copy posts
+// straight into rank 0's area, as a buggy or hostile process could, instead of calling recv. The
+// sending kernel must refuse each (a slot it never bound, a plain address from another process, an
+// offset whose message would run past the bound allocation): nothing written, the pair stopped, the
+// sender's next call reports a protocol violation; never a write outside the receiver's buffer.
+TEST(StreamGpuZeroCopy, ForgedPostsStopThePair) {
+  REQUIRE_GPUS();
+  for (int variant = 0; variant < 3; ++variant) {
+    std::string uid = unique_test_id("sgz-forge");
+    std::string fail = run_ranks(2, [&](int rank) {
+      const int dev = pltest::gpu_test_device(rank);
+      gpu::set_device(dev);
+      Options o = opts(20000);
+      Communicator comm(uid, rank, 2, dev, o);
+      const size_t len = (size_t(16) << 20) + 5;  // a zero-copy candidate
+      Dev src(len), dst(len);
+      gpu::Stream s = gpu::stream_create();
+      for (int i = 0; i < 3; ++i) {  // legitimate messages 1-3: slot 0 exported, bound, acknowledged
+        if (rank == 0) src.fill(40 + i);
+        one_way(comm, rank, src, dst.p, len, s);
+        if (rank == 1) MP_CHECK_MSG(dst.check(0, len, 40 + i) == SIZE_MAX, "message " << i + 1);
+        comm.barrier();
+      }
+      if (rank == 1) MP_CHECK_MSG(slots_seen(comm, 0) == 1, "slots seen " << slots_seen(comm, 0));
+      if (rank == 0) {
+        comm.send(1, src.p, len, s);  // zero-copy candidate 4: its kernel waits for post 4
+        comm.barrier();               // A: posted
+        comm.barrier();               // B: forged
+        gpu::stream_sync(s);          // returns: the kernel refused the post
+        MP_CHECK_THROWS(poll(comm), Error, "protocol violation");
+      } else {
+        detail::StreamEngine& eng = detail::stream_engine(detail::services(comm));
+        const size_t sec = stream::section_bytes(eng.slots(), eng.chunk_bytes(), true, stream::round_up(o.stream_ll_max, 8));
+        const size_t at = stream::kHeaderBytes + size_t(rank) * sec + offsetof(stream::PairSection, direct_post);
+        std::shared_ptr<void> hold;
+        char* posts = static_cast<char*>(detail::services(comm).map_published(
+            0, stream::kAreaBufId, 1, at, sizeof(stream::DirectPost) * stream::kDirectRing, "forge", &hold));
+        comm.barrier();  // A
+        const uint64_t d = 4;
+        const uint64_t a = variant == 0   ? stream::ipc_post(7, 0)           // never bound
+                           : variant == 1 ? reinterpret_cast<uint64_t>(src.p)  // an address, not a slot
+                                          : stream::ipc_post(0, size_t(8) << 20);  // past the allocation's end
+        const stream::DirectPost p{uint32_t(a), uint32_t(d), uint32_t(a >> 32), uint32_t(d)};
+        gpu::memcpy_sync(posts + (d % stream::kDirectRing) * sizeof p, &p, sizeof p);
+        comm.barrier();  // B
+        MP_CHECK_MSG(dst.check(0, len, 42) == SIZE_MAX, "variant " << variant << ": the receive buffer changed");
+      }
+      comm.barrier();
+      gpu::stream_destroy(s);
+    }, milliseconds(120000));
+    EXPECT_EQ(fail, "") << "variant " << variant;
+  }
 }
