@@ -15,7 +15,7 @@ using namespace peerlink::stream;
 StreamZeroCopy::StreamZeroCopy(CommServices& comm, int world)
     : comm_(comm),
       exports_(size_t(world)),
-      exports_closed_(size_t(world), false),
+      refused_(size_t(world)),
       bound_(size_t(world), 0) {
   const size_t n = size_t(world) * kZcSlots;
   table_ = gpu::DeviceAlloc::create(comm.device(), n * sizeof(ZcEntry));
@@ -33,26 +33,33 @@ int StreamZeroCopy::offer(int peer, const void* dst, size_t len, bool may_export
   } catch (const Error&) {
     return -1;  // not exportable memory (the staged path takes any device memory)
   }
+  const Export me{r.base, r.bytes, r.alloc_id};
+  auto same = [&](const Export& e) { return e.base == me.base && e.bytes == me.bytes && e.alloc_id == me.alloc_id; };
   std::vector<Export>& ex = exports_[size_t(peer)];
   const char* p = static_cast<const char*>(dst);
   for (size_t s = 0; s < ex.size(); ++s)
-    if (ex[s].base == r.base && ex[s].bytes == r.bytes && ex[s].alloc_id == r.alloc_id) {
+    if (same(ex[s])) {
       *offset = uint64_t(p - r.base);
       return int(s);
     }
-  if (!may_export || exports_closed_[size_t(peer)] || ex.size() >= size_t(kZcSlots)) return -1;
+  std::vector<Export>& no = refused_[size_t(peer)];
+  if (!may_export || ex.size() >= size_t(kZcSlots) || no.size() >= size_t(kZcSlots)) return -1;
+  for (const Export& e : no)
+    if (same(e)) return -1;
   const int s = int(ex.size());
   try {
     comm_.notify_ipc_buffer(peer, kZcBufBase + uint32_t(s), r.base, r.bytes, 1);
   } catch (const Error& e) {
-    // Registry full or an export the backend refuses: this pair stays staged (correct, slower).
-    exports_closed_[size_t(peer)] = true;
+    // Registry full or an allocation the backend does not export: staged (correct, slower), and
+    // not tried again for this allocation.
+    no.push_back(me);
     common::log_line(LogLevel::Warn, comm_.options().log_level,
-                     cat("stream: rank ", comm_.rank(), " could not export a receive buffer to rank ", peer,
-                         " for zero-copy (", e.what(), "); its NCCL-form messages stay staged"));
+                     cat("stream: rank ", comm_.rank(), " could not export a receive buffer (", static_cast<const void*>(r.base),
+                         ", ", r.bytes, " bytes) to rank ", peer, " for zero-copy (", e.what(),
+                         "); NCCL-form messages into it stay staged"));
     return -1;
   }
-  ex.push_back(Export{r.base, r.bytes, r.alloc_id});
+  ex.push_back(me);
   common::log_line(LogLevel::Trace, comm_.options().log_level,
                    cat("stream: rank ", comm_.rank(), " exported receive allocation ", static_cast<const void*>(r.base),
                        " (", r.bytes, " bytes) to rank ", peer, " as zero-copy slot ", s));

@@ -10,18 +10,18 @@
 // Receiver (offer): the allocation holding a recv's buffer is exported to the sender under the
 // reserved buffer id kZcBufBase + slot (one slot per allocation and peer, never reused; identity =
 // base, size and the driver's allocation id, so a freed and reallocated range gets a new slot; when
-// the kZcSlots slots are used up, later allocations are staged). The recv then carries (slot,
+// the kZcSlots slots are used up, later allocations are staged, as are allocations the backend does
+// not export, e.g. VMM memory without a shareable handle). The recv then carries (slot,
 // offset); its kernel posts it only once the sender acknowledged the slot, else the message is
 // staged as before. No export is made while the recv's stream is being captured.
-// Sender (poll, attach): at a large NCCL-form send, outside a capture, it maps every slot the peer
-// published since (without waiting); the next launch enters them in this rank's private table
+// Sender (poll, fill, committed): at a large NCCL-form send, outside a capture, it maps every slot
+// the peer published since (without waiting); the next launch enters them in this rank's private table
 // (device memory no peer can write) and acknowledges them in the peer's area. The sender's kernel
 // never waits for its host: a post that names a slot the table lacks is a protocol error, and a
 // receiver only names acknowledged slots.
 // Only messages of at least Options::stream_direct_ipc_min bytes are candidates: the sender waits for
 // the receiver's post before it moves a byte, which costs more than the copy-out it saves below
-// ~16 MB (measurements: options.h).
-// So a buffer's first message is staged and zero-copy starts with the sender's next large send
+// ~16 MB (measurements: options.h). A buffer's first message is staged and zero-copy starts with the sender's next large send
 // after the export; a program that only replays graphs after its first capture keeps the staged
 // path for buffers it never used eagerly.
 // Mappings stay open until the engine is destroyed (a peer's freed allocation stays reserved in
@@ -79,7 +79,7 @@ class StreamZeroCopy {
   gpu::DeviceAlloc table_;      // ZcEntry [world][kZcSlots], this rank's, zeroed
   gpu::MappedHostAlloc seen_;   // uint8_t [world][kZcSlots], written by this rank's kernels
   std::vector<std::vector<Export>> exports_;  // [peer][slot] (receiver)
-  std::vector<bool> exports_closed_;          // [peer]: an export failed: stage from now on
+  std::vector<std::vector<Export>> refused_;  // [peer]: allocations whose export failed (at most kZcSlots)
   std::vector<int> bound_;                    // [peer]: slots of peer mapped so far (sender)
   std::vector<std::shared_ptr<void>> holds_;  // their mappings
   std::vector<Pending> pending_;              // bound, not yet written by a launch
