@@ -109,7 +109,8 @@ TEST(StreamGpuZeroCopy, BetweenProcessesSizesReallocAndExchange) {
 
 // A recv into a zero-copy buffer captured and replayed 100 times with a changing payload; a second
 // buffer first used inside the capture (no export there: staged in every replay) in the same graph;
-// and a shareable VMM buffer (exported by file descriptor) used eagerly.
+// and VMM buffers (a shareable one, exported by file descriptor; one without a shareable handle,
+// staged) used eagerly, then a cudaMalloc buffer that still goes zero-copy.
 TEST(StreamGpuZeroCopy, GraphReplaysAndVmm) {
   REQUIRE_GPUS();
   std::string uid = unique_test_id("sgz-graph");
@@ -152,20 +153,35 @@ TEST(StreamGpuZeroCopy, GraphReplaysAndVmm) {
     gpu::graph_destroy(g);
     if (rank == 1) MP_CHECK_MSG(slots_seen(comm, 0) == 1, "graph: slots seen " << slots_seen(comm, 0));
 
+    // VMM memory with a shareable handle, then without one (never exported: staged), then a new
+    // cudaMalloc buffer, which still goes zero-copy (a refused export stages only its allocation).
     const size_t chunk = gpu::vmm_granularity(dev);
     const int chunks = int((len + chunk - 1) / chunk);
-    char* v = static_cast<char*>(gpu::vmm_test_alloc(dev, chunk, chunks, true));
-    for (int i = 0; i < 4; ++i) {
-      if (rank == 0) src.fill(7000 + i);
-      one_way(comm, rank, src, v, len, s);
-      if (rank == 1) {
-        std::vector<char> h(len);
-        gpu::memcpy_sync(h.data(), v, len);
-        MP_CHECK_MSG(check_pattern(h.data(), len, 7000 + i) == SIZE_MAX, "vmm round " << i);
+    for (bool shareable : {true, false}) {
+      char* v = static_cast<char*>(gpu::vmm_test_alloc(dev, chunk, chunks, shareable));
+      for (int i = 0; i < 4; ++i) {
+        if (rank == 0) src.fill(7000 + i);
+        one_way(comm, rank, src, v, len, s);
+        if (rank == 1) {
+          std::vector<char> h(len);
+          gpu::memcpy_sync(h.data(), v, len);
+          MP_CHECK_MSG(check_pattern(h.data(), len, 7000 + i) == SIZE_MAX,
+                       "vmm round " << i << (shareable ? " (shareable)" : " (not shareable)"));
+        }
+        comm.barrier();
       }
+      gpu::vmm_test_free(v, size_t(chunks) * chunk);
+    }
+    const int before = rank == 1 ? slots_seen(comm, 0) : 0;
+    Dev later(len);
+    for (int i = 0; i < 4; ++i) {
+      if (rank == 0) src.fill(8000 + i);
+      one_way(comm, rank, src, later.p, len, s);
+      if (rank == 1) MP_CHECK_MSG(later.check(0, len, 8000 + i) == SIZE_MAX, "after vmm, round " << i);
       comm.barrier();
     }
-    gpu::vmm_test_free(v, size_t(chunks) * chunk);
+    if (rank == 1) MP_CHECK_MSG(slots_seen(comm, 0) == before + 1, "after vmm: slots seen " << slots_seen(comm, 0)
+                                                                                            << ", before " << before);
     gpu::stream_destroy(s);
   }, milliseconds(240000));
   EXPECT_EQ(fail, "");
