@@ -215,10 +215,15 @@ struct Options {
   // staging, no per-chunk flags, no copy-out). A recv buffer the peer's GPU cannot write (VMM or
   // memory-pool memory, another device) takes the staged path for that message. 0 = never
   // (PEERLINK_STREAM_DIRECT_MIN, [0, 2^40]). Every rank of the pair must agree (the area header
-  // carries it). 256 KB, i.e. every message above the LL ones: on 2x H200, one process, graph
-  // (session 12 call 3), 512 KB sendrecv / one-way 11.47 / 10.10 us zero-copy against 12.03 / 11.72
-  // staged, 1 MB 11.64 / 10.28 against 12.82 / 12.97 (call 2).
-  size_t stream_direct_min = size_t(256) << 10;
+  // carries it). The sender waits for the receiver's post before it moves a byte, which costs more
+  // than the copy-out it saves below ~16-24 MB since the staged path took half-slot chunks (session
+  // 13): nccl-tests sendrecv_perf -g 2 -G 100 through libnccl.so.2, 2x H100, out of place, us,
+  // zero-copy from 256 KB / staged / real NCCL (session 16 calls 11-12): 1 MB 17.21 / 13.04 / 15.82,
+  // 4 MB 28.11 / 22.41 / 25.48, 8 MB 39.84 / 35.31 / 37.60, 16 MB 63.00 / 61.48 / 61.22, 24 MB
+  // 85.67 / 87.85, 32 MB 109.28 / 111.88 / 109.99; all_gather and alltoall 8-64 MB alike either way.
+  // (Was 256 KB from 2x H200, session 12, before half-slot chunks: 1 MB 11.64 / 10.28 zero-copy
+  // against 12.82 / 12.97 staged, sendrecv / one way; not measured again on H200.)
+  size_t stream_direct_min = size_t(24) << 20;
   // The same between two processes (PEERLINK_STREAM_DIRECT_IPC_MIN, [0, 2^40]; 0 = never): the
   // receiver exports its receive allocations to the sender, which maps them (src/transport/
   // stream_zc.h); a buffer's first messages are staged. Every rank must agree (the area header
