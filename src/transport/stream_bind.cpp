@@ -1,6 +1,7 @@
 // Services the stream-ordered engine (stream_p2p.h) needs from the transport: the mapping of a
 // peer's published buffer at an exact version (sender; waiting for it, or not: the NCCL form's
-// zero-copy binds), and the length this rank published under a buffer id (receiver). Kept in their own file so the stream engine touches no transport internals.
+// zero-copy binds), and the length this rank published under a buffer id (receiver). Kept in their
+// own file so the stream engine touches no transport internals.
 #include "common/log.h"
 #include "peerlink/errors.h"
 #include "transport/comm_impl.h"

@@ -52,11 +52,11 @@ int StreamZeroCopy::offer(int peer, const void* dst, size_t len, bool may_export
   } catch (const Error& e) {
     // Registry full or an allocation the backend does not export: staged (correct, slower), and
     // not tried again for this allocation.
-    no.push_back(me);
-    common::log_line(LogLevel::Warn, comm_.options().log_level,
-                     cat("stream: rank ", comm_.rank(), " could not export a receive buffer (", static_cast<const void*>(r.base),
-                         ", ", r.bytes, " bytes) to rank ", peer, " for zero-copy (", e.what(),
-                         "); NCCL-form messages into it stay staged"));
+    no.push_back(me);  // Info, not Warn: e.g. every VMM allocation without a shareable handle
+    common::log_line(LogLevel::Info, comm_.options().log_level,
+                     cat("stream: rank ", comm_.rank(), " could not export a receive buffer (",
+                         static_cast<const void*>(r.base), ", ", r.bytes, " bytes) to rank ", peer, " for zero-copy (",
+                         e.what(), "); NCCL-form messages into it stay staged"));
     return -1;
   }
   ex.push_back(me);
@@ -91,7 +91,8 @@ void StreamZeroCopy::poll(int peer) {
       // Freed before we looked, or a handle this process cannot open (or a forged one): never
       // acknowledged, so the receiver keeps staging into that allocation.
       common::log_line(LogLevel::Warn, comm_.options().log_level,
-                       cat("stream: rank ", comm_.rank(), " skips zero-copy slot ", b, " of rank ", peer, ": ", e.what()));
+                       cat("stream: rank ", comm_.rank(), " skips zero-copy slot ", b, " of rank ", peer, ": ",
+                           e.what()));
       ++b;
       continue;
     }

@@ -21,9 +21,9 @@
 // receiver only names acknowledged slots.
 // Only messages of at least Options::stream_direct_ipc_min bytes are candidates: the sender waits for
 // the receiver's post before it moves a byte, which costs more than the copy-out it saves below
-// ~16 MB (measurements: options.h). A buffer's first message is staged and zero-copy starts with the sender's next large send
-// after the export; a program that only replays graphs after its first capture keeps the staged
-// path for buffers it never used eagerly.
+// ~16 MB (measurements: options.h). A buffer's first message is staged, and zero-copy starts with
+// the sender's next large send after the export; a program that only replays graphs after its
+// first capture keeps the staged path for buffers it never used eagerly.
 // Mappings stay open until the engine is destroyed (a peer's freed allocation stays reserved in
 // this process until then: at most kZcSlots per peer).
 #pragma once
