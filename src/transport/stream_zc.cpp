@@ -2,6 +2,8 @@
 // non-blocking binds of the peer's exports (sender). Protocol and why: stream_zc.h.
 #include "transport/stream_zc.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 #include "gpu/runtime.h"
 #include "peerlink/errors.h"
@@ -34,18 +36,13 @@ int StreamZeroCopy::offer(int peer, const void* dst, size_t len, bool may_export
     return -1;  // not exportable memory (the staged path takes any device memory)
   }
   const Export me{r.base, r.bytes, r.alloc_id};
-  auto same = [&](const Export& e) { return e.base == me.base && e.bytes == me.bytes && e.alloc_id == me.alloc_id; };
   std::vector<Export>& ex = exports_[size_t(peer)];
-  const char* p = static_cast<const char*>(dst);
-  for (size_t s = 0; s < ex.size(); ++s)
-    if (same(ex[s])) {
-      *offset = uint64_t(p - r.base);
-      return int(s);
-    }
+  *offset = uint64_t(static_cast<const char*>(dst) - r.base);
+  auto it = std::find(ex.begin(), ex.end(), me);
+  if (it != ex.end()) return int(it - ex.begin());
   std::vector<Export>& no = refused_[size_t(peer)];
   if (!may_export || ex.size() >= size_t(kZcSlots) || no.size() >= size_t(kZcSlots)) return -1;
-  for (const Export& e : no)
-    if (same(e)) return -1;
+  if (std::find(no.begin(), no.end(), me) != no.end()) return -1;
   const int s = int(ex.size());
   try {
     comm_.notify_ipc_buffer(peer, kZcBufBase + uint32_t(s), r.base, r.bytes, 1);
@@ -63,7 +60,6 @@ int StreamZeroCopy::offer(int peer, const void* dst, size_t len, bool may_export
   common::log_line(LogLevel::Trace, comm_.options().log_level,
                    cat("stream: rank ", comm_.rank(), " exported receive allocation ", static_cast<const void*>(r.base),
                        " (", r.bytes, " bytes) to rank ", peer, " as zero-copy slot ", s));
-  *offset = uint64_t(p - r.base);
   return s;
 }
 

@@ -65,10 +65,11 @@ class StreamZeroCopy {
   int seen_count(int peer) const;
 
  private:
-  struct Export {
+  struct Export {  // an allocation's identity (a freed and reallocated range differs in alloc_id)
     const char* base;
     size_t bytes;
     uint64_t alloc_id;
+    bool operator==(const Export& o) const { return base == o.base && bytes == o.bytes && alloc_id == o.alloc_id; }
   };
   struct Pending {
     int peer;
