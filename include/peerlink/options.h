@@ -126,6 +126,11 @@ struct Options {
   // GPU one-shot messages up to this many bytes use LL lines (PEERLINK_ALLREDUCE_LL_MAX, [0, 2^28],
   // rounded up to 16); every rank must agree.
   size_t allreduce_ll_max = size_t(512) << 10;
+  // GPU one-shot messages above allreduce_ll_max and up to this many bytes use LL128 lines (128
+  // bytes: 120 of data and an 8-byte flag; PEERLINK_ALLREDUCE_LL128_MAX, [0, 2^26]), where every
+  // pair of the communicator is NVLink or one GPU and the runtime is CUDA; else the flag kernel.
+  // Sizes 2 * world * ceil(max / 120) * 128 bytes of scratch per rank; every rank must agree.
+  size_t allreduce_ll128_max = size_t(4) << 20;
   // Programmatic dependent launch (PEERLINK_ALLREDUCE_PDL=0|1); -1 = on for compute capability >= 9.0.
   // Never used below 9.0 whatever the setting.
   int allreduce_pdl = -1;

@@ -40,6 +40,11 @@ AllreduceAlgo resolve(const Options& opts, int world, size_t bytes, bool host) {
   return a == AllreduceAlgo::Auto ? choose(bytes, world, host) : a;
 }
 
+// One-shot messages above this many bytes take LL128 lines rather than LL lines when both can
+// (2x H100, graph, bf16, session 17: LL / LL128 3.44 / 3.63 us at 128 KB, 4.29 / 3.98 at 256 KB,
+// 6.14 / 4.76 at 512 KB; the flag kernel 9.68 and LL128 6.85 at 1 MB, 20.82 / 19.74 at 4 MB).
+constexpr size_t kLl128Above = size_t(128) << 10;
+
 int clamp_blocks(size_t want, int hi) { return static_cast<int>(std::max<size_t>(1, std::min<size_t>(want, hi))); }
 
 // Threads per block: 1024 for the bandwidth algorithm (more stores in flight per SM: 323 -> 337
@@ -109,9 +114,24 @@ void device_allreduce(coll::CollState& st, const void* src, void* dst, size_t co
   a.threads = pick_threads(st, algo);
   a.layout = st.layout;
   const size_t bytes = count * elem;
-  a.ll = a.one_shot && bytes <= st.ll_max;
+  // LL128 where the pairs allow it (coll_state.cpp) and the message is above kLl128Above; LL below.
+  const bool ll128_ok = bytes <= st.ll128_max && !st.generic_oneshot;
+  a.ll = a.one_shot && bytes <= st.ll_max && !(ll128_ok && bytes > kLl128Above);
+  a.ll128 = a.one_shot && !a.ll && ll128_ok;
   if (a.ll && st.threads <= 0) a.threads = coll::ll_threads(bytes);
-  if (a.ll) {
+  if (a.ll128) {
+    // Whole warps (a lane group of 8 per line; 64 covers CUDA's and HIP's warp) and enough of them
+    // for one pass (one warp store of 4 lines each) up to the flag area's kMaxBlocks, even past one
+    // block per SM: a second pass costs more than a shared SM (2x H100, 1 MB: 132 blocks of 512
+    // threads 7.01 us, 160 blocks 6.52); 1024 threads from 2 MB (4 MB: 160 x 1024 18.81 us, 160 x
+    // 512 20.36, 132 x 512 19.47).
+    if (st.threads <= 0) a.threads = bytes > (size_t(2) << 20) ? 1024 : 512;
+    a.threads = std::max(64, a.threads / 64 * 64);
+    a.split = coll::make_split(count, elem, st.world, st.layout.cap, true, 1);  // count only
+    size_t stores = (coll::ll128_lines(bytes) + 3) / 4;
+    size_t warps = size_t(a.threads) / 32;
+    a.blocks = st.blocks_override > 0 ? st.blocks_override : clamp_blocks((stores + warps - 1) / warps, coll::kMaxBlocks);
+  } else if (a.ll) {
     a.split = coll::make_split(count, elem, st.world, st.layout.cap, true, 1);  // count only
     size_t words = (bytes + 7) / 8;
     a.blocks = st.blocks_override > 0

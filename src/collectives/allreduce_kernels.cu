@@ -207,7 +207,9 @@ void launch_allreduce(const LaunchArgs& a, void* stream) {
                                       "), threads ", a.threads, " (", kWarpSize, "..1024)"));
   if (a.split.steps == 0) return;
   DevStream st = static_cast<DevStream>(stream);
-  if (oneshot_fits(a)) {
+  if (a.ll128) {
+    launch_ll128(a, st);
+  } else if (oneshot_fits(a)) {
     launch_oneshot(a, st);
   } else {
     bool known = with_type(a.dtype, [&](auto t) { launch_op<decltype(t)>(a, st); });

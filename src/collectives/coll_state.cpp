@@ -5,10 +5,12 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "collectives/device_launch.h"
 #include "collectives/setup_record.h"
+#include "gpu/runtime.h"
 #include "gpu/vmm.h"  // RelaxedCaptureMode
 #include "common/log.h"
 #include "peerlink/communicator.h"
@@ -156,6 +158,10 @@ CollState& coll_state(Communicator& comm) {
     // (2x H200: 5.8 vs 7.3 us at 512 KB, 9.6 vs 9.0 us at 1 MB).
     st->ll_max = round_up(opts.allreduce_ll_max, 16);
     st->layout.ll_cap = 2 * st->ll_max;  // a 16-byte line carries 8 data bytes
+    // LL128 lines: the area follows the option on every rank (the geometry must agree); they are
+    // used only when every rank's every pair is NVLink or one GPU and the runtime is CUDA (NVLink's
+    // whole 128-byte stores; HIP makes no such promise over xGMI), decided from all records below.
+    st->layout.ll128_cap = ll128_lines(opts.allreduce_ll128_max) * kLl128Line;
     // Programmatic dependent launch lets a kernel be scheduled while its predecessor on the stream
     // finishes (device_sync.h): 2x H200, graph replay, 2.31 -> 2.11 us at 8 B, 9.15 -> 8.79 us at 1 MB.
     int cc = gpu::compute_capability(svc.device());
@@ -210,6 +216,10 @@ CollState& coll_state(Communicator& comm) {
     mine.rank = st->rank;
     mine.cap = cap;
     mine.ll_cap = st->layout.ll_cap;
+    mine.ll128_cap = st->layout.ll128_cap;
+    bool links = !st->host && std::string(gpu::runtime_name()) == "cuda";
+    for (int p = 0; p < st->world && links; ++p) links = p == st->rank || svc.nvlink_to(p);
+    mine.ll128_links = links ? 1 : 0;
     mine.world = st->world;
     mine.host = st->host ? 1 : 0;
   }
@@ -221,9 +231,23 @@ CollState& coll_state(Communicator& comm) {
   expect.host = st->host;
   expect.cap = cap;
   expect.ll_cap = st->layout.ll_cap;
+  expect.ll128_cap = st->layout.ll128_cap;
   expect.flag_bytes = sizeof(FlagArea);
   expect.data_bytes = st->layout.total();
   for (int p = 0; p < st->world; ++p) all[p] = parse_setup_record(&all[p], sizeof(SetupRecord), p, expect);
+  bool ll128 = st->layout.ll128_cap > 0;
+  for (int p = 0; p < st->world; ++p) ll128 = ll128 && all[p].ll128_links == 1;
+  st->ll128_max = ll128 ? opts.allreduce_ll128_max : 0;  // every rank computes the same from the same records
+  if (st->layout.ll128_cap > 0 && opts.log_level >= LogLevel::Info) {
+    std::string why;
+    for (int p = 0; p < st->world; ++p)
+      if (all[p].ll128_links != 1) why = cat(why, why.empty() ? "" : ", ", "rank ", p);
+    common::log_line(LogLevel::Info, opts.log_level,
+                     ll128 ? cat("allreduce (rank ", st->rank, "): LL128 lines for one-shot messages of ", st->ll_max,
+                                 "-", st->ll128_max, " bytes")
+                           : cat("allreduce (rank ", st->rank, "): no LL128 lines (", why,
+                                 " has a pair that is neither NVLink nor one GPU, or a runtime other than CUDA)"));
+  }
   for (int p = 0; p < st->world; ++p) {
     const SetupRecord& q = all[p];
     if (p == st->rank) {

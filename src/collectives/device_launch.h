@@ -16,6 +16,7 @@ struct LaunchArgs {
   bool one_shot = true;
   bool ll = false;            // one-shot through LL lines (single step; layout.h)
   size_t ll_words_per_block = 0;  // LL: 8-byte data words per block
+  bool ll128 = false;              // one-shot through LL128 lines (single step; layout.h)
   int rank = 0;
   int world = 0;
   int blocks = 1;

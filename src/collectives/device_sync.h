@@ -116,6 +116,8 @@ __device__ __forceinline__ void kernel_end(const LaunchArgs& a, uint64_t last) {
 // one step with 16-byte aligned buffers. Everything else runs the generic kernels.
 bool oneshot_fits(const LaunchArgs& a);
 void launch_oneshot(const LaunchArgs& a, DevStream st);
+// LL128 lines (ll128_kernels.cu), for a call with LaunchArgs::ll128; threads a multiple of the warp.
+void launch_ll128(const LaunchArgs& a, DevStream st);
 
 // With a.pdl the launch carries the programmatic-stream-serialization attribute; the kernels wait
 // for their predecessor (pdl_wait) before touching anything it may write. A plain launch's error

@@ -60,16 +60,32 @@ struct FlagArea {
 // (the low 32 bits of the step's sequence number), so a reader needs no fence and no separate flag,
 // only one NVLink write latency. It is kept apart from the raw slots so that stale raw data can never
 // look like a valid line, and zeroed at setup.
+// Then the LL128 area (GPU, NVLink only), 128-byte aligned: per slot and source rank, `ll128_cap`
+// bytes of 128-byte lines, 120 data bytes and an 8-byte flag (the step's sequence number) in the
+// last 8 bytes. A warp stores a line with one 16-byte store per lane and NVLink delivers the 128
+// bytes whole (what NCCL's LL128 protocol relies on, and why it is off for PCIe pairs), so a reader
+// that sees the flag has the line. Zeroed at setup, written only with LL128 lines.
+constexpr size_t kLl128Line = 128;
+constexpr size_t kLl128Data = 120;
+PL_HD size_t ll128_lines(size_t bytes) { return (bytes + kLl128Data - 1) / kLl128Data; }
+
 struct DataLayout {
   int world = 0;
   size_t cap = 0;     // bytes of one region position (one-shot chunk, two-shot shard)
   size_t ll_cap = 0;  // bytes of LL lines per (slot, source rank); 0 = no LL area
+  size_t ll128_cap = 0;  // bytes of LL128 lines per (slot, source rank), a multiple of 128; 0 = none
   PL_HD size_t region() const { return size_t(world) * cap; }
   PL_HD size_t slot_bytes() const { return 2 * region(); }
-  PL_HD size_t total() const { return 2 * slot_bytes() + 2 * size_t(world) * ll_cap; }
+  PL_HD size_t ll128_base() const {
+    return (2 * slot_bytes() + 2 * size_t(world) * ll_cap + kLl128Line - 1) / kLl128Line * kLl128Line;
+  }
+  PL_HD size_t total() const {
+    return ll128_cap ? ll128_base() + 2 * size_t(world) * ll128_cap : 2 * slot_bytes() + 2 * size_t(world) * ll_cap;
+  }
   PL_HD size_t input(int slot, int pos) const { return size_t(slot) * slot_bytes() + size_t(pos) * cap; }
   PL_HD size_t result(int slot, int pos) const { return input(slot, pos) + region(); }
   PL_HD size_t ll(int slot, int pos) const { return 2 * slot_bytes() + (size_t(slot) * world + pos) * ll_cap; }
+  PL_HD size_t ll128(int slot, int pos) const { return ll128_base() + (size_t(slot) * world + pos) * ll128_cap; }
 };
 
 // Error word layout (host-visible): 0 = fine; else code | (peer << 8) | (rank << 16).

@@ -141,7 +141,7 @@ void launch_op(const LaunchArgs& a, DevStream st) {
 
 bool oneshot_fits(const LaunchArgs& a) {
   const uintptr_t align = reinterpret_cast<uintptr_t>(a.src) | reinterpret_cast<uintptr_t>(a.dst);
-  return a.one_shot && !a.ll && !a.generic_oneshot && a.split.steps == 1 && (align & 15) == 0;
+  return a.one_shot && !a.ll && !a.ll128 && !a.generic_oneshot && a.split.steps == 1 && (align & 15) == 0;
 }
 
 void launch_oneshot(const LaunchArgs& a, DevStream st) {

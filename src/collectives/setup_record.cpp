@@ -46,14 +46,21 @@ SetupRecord parse_setup_record(const void* raw, size_t bytes, int from, const Se
                               " (a different peerlink build, or corrupt)"));
   if (r.rank != from)
     throw InvalidArgument(cat("allreduce setup: the record in rank ", from, "'s slot claims rank ", r.rank));
-  if (r.world != e.world || r.host != (e.host ? 1 : 0) || r.cap != e.cap || r.ll_cap != e.ll_cap)
-    throw InvalidArgument(cat("allreduce setup: rank ", from, " uses scratch ", r.cap, " bytes/LL ", r.ll_cap, "/",
-                              r.world, " ranks/", r.host == 1 ? "host" : r.host == 0 ? "gpu" : "?", "; this rank uses ",
-                              e.cap, "/", e.ll_cap, "/", e.world, "/", e.host ? "host" : "gpu",
-                              " (set PEERLINK_ALLREDUCE_SCRATCH_BYTES and PEERLINK_ALLREDUCE_LL_MAX alike)"));
+  if (r.world != e.world || r.host != (e.host ? 1 : 0) || r.cap != e.cap || r.ll_cap != e.ll_cap ||
+      r.ll128_cap != e.ll128_cap)
+    throw InvalidArgument(cat("allreduce setup: rank ", from, " uses scratch ", r.cap, " bytes/LL ", r.ll_cap,
+                              "/LL128 ", r.ll128_cap, "/", r.world, " ranks/",
+                              r.host == 1 ? "host" : r.host == 0 ? "gpu" : "?", "; this rank uses ", e.cap, "/",
+                              e.ll_cap, "/", e.ll128_cap, "/", e.world, "/", e.host ? "host" : "gpu",
+                              " (set PEERLINK_ALLREDUCE_SCRATCH_BYTES, PEERLINK_ALLREDUCE_LL_MAX and "
+                              "PEERLINK_ALLREDUCE_LL128_MAX alike)"));
+  if (r.ll128_links != 0 && r.ll128_links != 1)
+    throw InvalidArgument(cat("allreduce setup: rank ", from, "'s record has ll128_links ", r.ll128_links,
+                              ", expected 0 or 1"));
   const gpu::HandleKind kind = e.host ? gpu::HandleKind::HostShm : gpu::HandleKind::DeviceIpc;
   check_area(from, "flags", r.flags, r.flags_off, e.flag_bytes, 8, kind);
-  check_area(from, "data", r.data, r.data_off, e.data_bytes, 16, kind);
+  // LL128 lines must not straddle 128-byte boundaries in the peer's mapping.
+  check_area(from, "data", r.data, r.data_off, e.data_bytes, e.ll128_cap ? 128 : 16, kind);
   return r;
 }
 

@@ -13,15 +13,16 @@ namespace peerlink::coll {
 
 struct SetupRecord {
   static constexpr uint32_t kMagic = 0x504c4352;  // "PLCR"
-  static constexpr uint32_t kVersion = 1;
+  static constexpr uint32_t kVersion = 2;  // 2: ll128_cap, ll128_links
   uint32_t magic = kMagic;
   uint32_t version = kVersion;
   int32_t rank = -1;   // the sender: must equal the allgather slot it came from
   int32_t world = 0;
   int32_t host = 0;    // 1: host backend (POSIX SHM handles), 0: GPU (device IPC handles)
-  int32_t pad = 0;
+  int32_t ll128_links = 0;  // 1: every pair of this rank is NVLink or one GPU (may carry LL128 lines)
   uint64_t cap = 0;     // bytes per region position (DataLayout::cap)
   uint64_t ll_cap = 0;  // LL bytes per (slot, source rank) (DataLayout::ll_cap)
+  uint64_t ll128_cap = 0;  // LL128 bytes per (slot, source rank) (DataLayout::ll128_cap)
   uint64_t flags_off = 0, data_off = 0;  // offsets of the areas inside their allocations
   gpu::MemHandle flags, data;
 };
@@ -32,13 +33,15 @@ struct SetupExpect {
   bool host = true;
   uint64_t cap = 0;
   uint64_t ll_cap = 0;
+  uint64_t ll128_cap = 0;
   uint64_t flag_bytes = 0;  // sizeof(FlagArea)
   uint64_t data_bytes = 0;  // DataLayout::total()
 };
 
 // Copies `bytes` of `raw` (must be exactly sizeof(SetupRecord)) and validates the record as sent
-// by rank `from`: magic and version, rank == from, world/host/cap/ll_cap equal to `e`, handle kinds
-// matching the backend, allocation sizes nonzero, offsets aligned (8 B flags, 16 B data) and
+// by rank `from`: magic and version, rank == from, world/host/cap/ll_cap/ll128_cap equal to `e`,
+// ll128_links 0 or 1, handle kinds matching the backend, allocation sizes nonzero, offsets aligned
+// (8 B flags; 16 B data, 128 B when there is an LL128 area) and
 // [off, off + need) inside the allocation without overflow. Throws InvalidArgument naming the rank,
 // the field and the values.
 SetupRecord parse_setup_record(const void* raw, size_t bytes, int from, const SetupExpect& e);

@@ -48,6 +48,7 @@ constexpr long long kScratchMin = 64;
 constexpr Range kThreads{"allreduce_threads", "PEERLINK_ALLREDUCE_THREADS", 0, 1024};
 constexpr Range kBlocks{"allreduce_blocks", "PEERLINK_ALLREDUCE_BLOCKS", 0, kMaxAllreduceBlocks};
 constexpr Range kLlMax{"allreduce_ll_max", "PEERLINK_ALLREDUCE_LL_MAX", 0, 1LL << 28};
+constexpr Range kLl128Max{"allreduce_ll128_max", "PEERLINK_ALLREDUCE_LL128_MAX", 0, 1LL << 26};
 constexpr Range kPdl{"allreduce_pdl", "PEERLINK_ALLREDUCE_PDL", -1, 1};
 constexpr Range kCollLlMax{"coll_ll_max", "PEERLINK_COLL_LL_MAX", 0, 1LL << 28};
 constexpr Range kCollCeMin{"coll_ce_min", "PEERLINK_COLL_CE_MIN", 0, 1LL << 40};
@@ -244,6 +245,7 @@ Options Options::from_env() {
   if (const char* v = env(kThreads.var)) o.allreduce_threads = static_cast<int>(parse_int(kThreads, v));
   if (const char* v = env(kBlocks.var)) o.allreduce_blocks = static_cast<int>(parse_int(kBlocks, v));
   if (const char* v = env(kLlMax.var)) o.allreduce_ll_max = static_cast<size_t>(parse_int(kLlMax, v));
+  if (const char* v = env(kLl128Max.var)) o.allreduce_ll128_max = static_cast<size_t>(parse_int(kLl128Max, v));
   if (const char* v = env(kPdl.var)) o.allreduce_pdl = parse_bool(kPdl.var, v) ? 1 : 0;
   if (const char* v = env("PEERLINK_ALLREDUCE_ONESHOT_GENERIC"))
     o.allreduce_oneshot_generic = parse_bool("PEERLINK_ALLREDUCE_ONESHOT_GENERIC", v);
@@ -300,6 +302,7 @@ void Options::validate() const {
   check(kThreads, allreduce_threads);
   check(kBlocks, allreduce_blocks);
   check_size(kLlMax, allreduce_ll_max);
+  check_size(kLl128Max, allreduce_ll128_max);
   check(kPdl, allreduce_pdl);
   for (const auto& k : kCollAlgoKnobs) {
     try {

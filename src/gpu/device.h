@@ -90,6 +90,15 @@ __device__ __forceinline__ void load_volatile_16(const void* p, uint32_t& x, uin
 #endif
 }
 
+// True on every lane of the warp when `p` holds on any of its lanes (all lanes must take part).
+__device__ __forceinline__ bool warp_any(bool p) {
+#if defined(PEERLINK_HIP)
+  return __any(p) != 0;
+#else
+  return __any_sync(0xffffffffu, p) != 0;
+#endif
+}
+
 // Programmatic dependent launch (Hopper and later, CUDA only). A kernel launched with the PDL
 // attribute may be scheduled while the previous kernel on its stream still runs; pdl_wait() blocks
 // until that kernel has completed and its memory is visible. pdl_launch_dependents() lets the next

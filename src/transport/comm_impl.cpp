@@ -260,6 +260,12 @@ std::string CommImpl::path_reason(int peer) const {
   return transport_->peer(peer).path_reason;
 }
 
+bool CommImpl::nvlink_to(int peer) const {
+  Scope s(*this, "nvlink_to");
+  validate_peer(peer, "nvlink_to");
+  return transport_->peer(peer).nvlink;
+}
+
 Completion CommImpl::completion_with(int peer) const {
   Scope s(*this, "completion_with");
   validate_peer(peer, "completion_with");

@@ -64,6 +64,7 @@ class CommImpl final : public CommServices {
   bool closed() const { return closed_.load(std::memory_order_acquire); }
   Path path_to(int peer) const override;
   std::string path_reason(int peer) const override;  // why path_to(peer) is what it is
+  bool nvlink_to(int peer) const override;
   Completion completion_with(int peer) const;
   CommStats stats() const;
 

@@ -32,13 +32,14 @@ std::vector<PathChoice> choose_paths(const Options& opts, int rank, const std::v
       continue;
     }
     if (bus_ids[p] == bus_ids[rank]) {
-      out[p] = {Path::Direct, cat("same GPU ", bus_ids[p])};
+      out[p] = {Path::Direct, cat("same GPU ", bus_ids[p]), true};
       continue;
     }
     int a = std::min(index_of(bus_ids[rank]), index_of(bus_ids[p])), b = std::max(index_of(bus_ids[rank]), index_of(bus_ids[p]));
     out[p] = {Path::Relay, "topology gave no decision for this pair"};
     for (const auto& d : pairs)
-      if (d.a == a && d.b == b) out[p] = {d.direct ? Path::Direct : Path::Relay, cat(d.path, ": ", d.reason)};
+      if (d.a == a && d.b == b)
+        out[p] = {d.direct ? Path::Direct : Path::Relay, cat(d.path, ": ", d.reason), d.direct && d.path == "NVL"};
   }
   return out;
 }

@@ -10,6 +10,10 @@ namespace peerlink::detail {
 struct PathChoice {
   Path path;
   std::string reason;
+  // The pair's GPUs are one GPU or joined by NVLink (topology path LOC or NVL): stores of a warp to
+  // one 128-byte line arrive whole, which the collectives' LL128 lines rely on. False for PCIe
+  // pairs, host memory, forced settings (the link is not looked at) and unknown topology.
+  bool nvlink = false;
 };
 
 // The path from this rank to every rank (index = rank): `bus_ids[r]` is rank r's GPU bus id ("" for

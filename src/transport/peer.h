@@ -17,6 +17,7 @@ struct Peer {
   int rank = -1;
   Path path = Path::Direct;
   std::string path_reason;  // why (this rank's topology decision, or the peer asked to relay)
+  bool nvlink = false;      // direct over NVLink or the same GPU (PathChoice::nvlink)
   Completion completion = Completion::Ring;
 
   // Segments mapped for this pair: in_seg pair peer->me (I created it), out_seg pair me->peer,

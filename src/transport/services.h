@@ -86,6 +86,8 @@ class CommServices {
                                   std::shared_ptr<void>* hold) = 0;
   virtual Path path_to(int peer) const = 0;
   virtual std::string path_reason(int peer) const = 0;  // why path_to(peer) is what it is
+  // True when the pair is direct over NVLink or on one GPU (transport/path_policy.h).
+  virtual bool nvlink_to(int peer) const = 0;
 
  protected:
   ~CommServices() = default;

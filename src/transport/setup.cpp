@@ -111,6 +111,7 @@ void Transport::setup_links() {
     peer->rank = p;
     bool relay = ((mask >> p) & 1) || ((masks[p] >> rank_) & 1);
     peer->path = relay ? Path::Relay : Path::Direct;
+    peer->nvlink = !relay && choices[p].nvlink;
     peer->path_reason = ((masks[p] >> rank_) & 1) && !((mask >> p) & 1)
                             ? cat("rank ", p, " asked to relay (here: ", choices[p].reason, ")")
                             : choices[p].reason;

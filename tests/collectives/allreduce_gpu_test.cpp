@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/coll_state.h"
 #include "collectives/gpu_gate.h"
 #include "allreduce_harness.h"
 #include "gpu/runtime.h"
@@ -30,29 +31,36 @@ Options opts(const char* algo, int timeout_ms = 30000) {
   return o;
 }
 
-// An algorithm plus an optional tuning variable that selects a kernel within it (read when the
-// communicator's collectives are set up, so set only around the Communicator's first allreduce).
+// An algorithm plus optional tuning variables that select a kernel within it. Options are read
+// from the environment when the Communicator is made (opts()), so a ScopedEnv must exist first.
 struct Variant {
   const char* algo;
-  const char* env = nullptr;  // "NAME=value"
+  const char* env = nullptr;  // "NAME=value[,NAME=value]"
   std::string name() const { return std::string(*algo ? algo : "auto") + (env ? std::string(" ") + env : ""); }
 };
 struct ScopedEnv {
-  std::string key;
-  explicit ScopedEnv(const char* kv) {
-    if (!kv) return;
-    std::string s(kv);
-    key = s.substr(0, s.find('='));
-    setenv(key.c_str(), s.substr(s.find('=') + 1).c_str(), 1);
+  std::vector<std::string> keys;
+  explicit ScopedEnv(const char* kvs) {
+    std::string all = kvs ? kvs : "";
+    for (size_t at = 0; at < all.size();) {
+      size_t end = all.find(',', at);
+      if (end == std::string::npos) end = all.size();
+      std::string kv = all.substr(at, end - at);
+      keys.push_back(kv.substr(0, kv.find('=')));
+      setenv(keys.back().c_str(), kv.substr(kv.find('=') + 1).c_str(), 1);
+      at = end + 1;
+    }
   }
   ~ScopedEnv() {
-    if (!key.empty()) unsetenv(key.c_str());
+    for (const auto& k : keys) unsetenv(k.c_str());
   }
 };
-// one-shot: LL lines up to 512 KB then the register kernel; the register kernel at every size (LL
-// off); LL then the generic loop (forced).
+// one-shot: LL lines up to 512 KB, LL128 lines to 4 MB, then the register kernel; LL128 from the
+// first byte (LL off); the register kernel at every size (LL and LL128 off); LL then the generic
+// loop (forced).
 const Variant kVariants[] = {{"oneshot"},
                              {"oneshot", "PEERLINK_ALLREDUCE_LL_MAX=0"},
+                             {"oneshot", "PEERLINK_ALLREDUCE_LL_MAX=0,PEERLINK_ALLREDUCE_LL128_MAX=0"},
                              {"oneshot", "PEERLINK_ALLREDUCE_ONESHOT_GENERIC=1"},
                              {"twoshot"},
                              {"bandwidth"},
@@ -80,8 +88,8 @@ TEST(AllreduceGpu, CorrectnessAllAlgos) {
     int vi = 0;
     for (const Variant& v : kVariants) {
       const char* algo = v.algo;
-      Communicator comm(uid + std::to_string(vi++), rank, 2, pltest::gpu_test_device(rank), opts(algo));
       ScopedEnv env(v.env);
+      Communicator comm(uid + std::to_string(vi++), rank, 2, pltest::gpu_test_device(rank), opts(algo));
       gpu::Stream s = gpu::stream_create();
       for (DataType t : types)
         for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod}) {
@@ -151,6 +159,27 @@ TEST(AllreduceGpu, BackToBackAndTwoStreams) {
   EXPECT_EQ(fail, "");
 }
 
+// LL128 lines (LL off, so they carry every size up to 4 MB): back-to-back in-place doublings at
+// sizes around the 120-byte line and the warp store of 4 lines, on one stream and on two. The
+// pair is NVLink or one GPU on every machine this runs on, so LL128 must be on, not skipped.
+TEST(AllreduceGpu, Ll128LinesBackToBack) {
+  REQUIRE_GPUS();
+  std::string uid = unique_test_id("gar-ll128");
+  std::string fail = run_ranks(2, [&](int rank) {
+    gpu::set_device(pltest::gpu_test_device(rank));
+    ScopedEnv env("PEERLINK_ALLREDUCE_LL_MAX=0");
+    Communicator comm(uid, rank, 2, pltest::gpu_test_device(rank), opts("oneshot"));
+    // f64 elements: 1 word; 15 = one line; 60 = one warp store; 131072 = 1 MB; 524288 = 4 MB.
+    for (size_t n : {1, 14, 15, 16, 59, 60, 61, 4097, 131072, 131073, 524288}) {
+      doubling(rank, comm, n, 300, false, "LL128 one stream n=" + std::to_string(n));
+      doubling(rank, comm, n, 300, true, "LL128 two streams n=" + std::to_string(n));
+    }
+    const peerlink::coll::CollState& st = peerlink::coll::coll_state(comm);
+    MP_CHECK_MSG(st.ll128_max == (size_t(4) << 20), "LL128 lines are off on this pair (ll128_max " << st.ll128_max << ")");
+  }, std::chrono::milliseconds(240000));
+  EXPECT_EQ(fail, "");
+}
+
 // Captured allreduces replay correctly: sequence numbers advance on the device.
 TEST(AllreduceGpu, GraphCapture) {
   REQUIRE_GPUS();
@@ -161,8 +190,8 @@ TEST(AllreduceGpu, GraphCapture) {
     for (const Variant& v : kVariants) {
       if (!*v.algo) continue;
       const char* algo = v.algo;
-      Communicator comm(uid + std::to_string(vi++), rank, 2, pltest::gpu_test_device(rank), opts(algo));
       ScopedEnv env(v.env);
+      Communicator comm(uid + std::to_string(vi++), rank, 2, pltest::gpu_test_device(rank), opts(algo));
       size_t n = 100003;
       DevBuf in(n * 4), out(n * 4), dbl(n * 8);
       std::vector<float> h(n), r(n);
@@ -234,8 +263,10 @@ TEST(AllreduceGpu, MisalignedBuffers) {
   std::string fail = run_ranks(2, [&](int rank) {
     gpu::set_device(pltest::gpu_test_device(rank));
     int c = 0;
-    for (const char* algo : {"oneshot", "twoshot", "bandwidth"}) {
-      Communicator comm(uid + algo, rank, 2, pltest::gpu_test_device(rank), opts(algo));
+    for (const char* algo : {"oneshot", "oneshot-ll128", "twoshot", "bandwidth"}) {
+      const bool ll128 = std::string(algo) == "oneshot-ll128";  // LL128 lines from the first byte
+      ScopedEnv env(ll128 ? "PEERLINK_ALLREDUCE_LL_MAX=0" : nullptr);
+      Communicator comm(uid + algo, rank, 2, pltest::gpu_test_device(rank), opts(ll128 ? "oneshot" : algo));
       gpu::Stream s = gpu::stream_create();
       for (size_t n : {size_t(1), size_t(1001), size_t(200003)}) {
         std::vector<unsigned char> in(n * 2), out(n * 2);
@@ -256,7 +287,7 @@ TEST(AllreduceGpu, MisalignedBuffers) {
     }
   }, std::chrono::milliseconds(60000));
   EXPECT_EQ(fail, "");
-  EXPECT_EQ(hashes.mismatch(9), "");
+  EXPECT_EQ(hashes.mismatch(12), "");
 }
 
 // Small and quick: what scripts/gpu_collectives.sh runs under compute-sanitizer.
@@ -265,11 +296,14 @@ TEST(AllreduceGpu, SanitizerSmall) {
   std::string uid = unique_test_id("gar-san");
   std::string fail = run_ranks(2, [&](int rank) {
     gpu::set_device(pltest::gpu_test_device(rank));
-    const Variant variants[] = {{"oneshot"}, {"oneshot", "PEERLINK_ALLREDUCE_LL_MAX=0"}, {"twoshot"}};
+    const Variant variants[] = {{"oneshot"},
+                                {"oneshot", "PEERLINK_ALLREDUCE_LL_MAX=0"},
+                                {"oneshot", "PEERLINK_ALLREDUCE_LL_MAX=0,PEERLINK_ALLREDUCE_LL128_MAX=0"},
+                                {"twoshot"}};
     int vi = 0;
     for (const Variant& v : variants) {
-      Communicator comm(uid + std::to_string(vi++), rank, 2, pltest::gpu_test_device(rank), opts(v.algo, 60000));
       ScopedEnv env(v.env);
+      Communicator comm(uid + std::to_string(vi++), rank, 2, pltest::gpu_test_device(rank), opts(v.algo, 60000));
       size_t n = 1001;
       std::vector<float> h(n), r(n);
       DevBuf d(n * 4);

@@ -14,7 +14,7 @@
 using peerlink::coll::SetupExpect;
 using peerlink::coll::SetupRecord;
 
-static_assert(sizeof(SetupRecord) == 264, "update tests/fuzz/corpus/make_coll_setup.py with the record layout");
+static_assert(sizeof(SetupRecord) == 272, "update tests/fuzz/corpus/make_coll_setup.py with the record layout");
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int host = 0; host < 2; ++host) {
@@ -23,11 +23,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     e.host = host != 0;
     e.cap = 1 << 20;
     e.ll_cap = host ? 0 : (1 << 20);
+    e.ll128_cap = host ? 0 : (1 << 20);
     e.flag_bytes = sizeof(peerlink::coll::FlagArea);
     peerlink::coll::DataLayout L;
     L.world = e.world;
     L.cap = e.cap;
     L.ll_cap = e.ll_cap;
+    L.ll128_cap = e.ll128_cap;
     e.data_bytes = L.total();
     try {
       SetupRecord r = peerlink::coll::parse_setup_record(data, size, 1, e);

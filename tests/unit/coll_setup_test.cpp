@@ -79,6 +79,8 @@ std::vector<Corruption> corruptions() {
       {"world", [](SetupRecord& r) { r.world = 8; }, "8 ranks"},
       {"cap", [](SetupRecord& r) { r.cap = 64; }, "scratch 64"},
       {"ll_cap", [](SetupRecord& r) { r.ll_cap = 1 << 20; }, "LL"},
+      {"ll128_cap", [](SetupRecord& r) { r.ll128_cap = 128; }, "LL128 128"},
+      {"ll128_links", [](SetupRecord& r) { r.ll128_links = 2; }, "ll128_links 2"},
       {"host flag", [](SetupRecord& r) { r.host = 7; }, "/?"},
       {"flags kind", [](SetupRecord& r) { r.flags.kind = gpu::HandleKind::DeviceIpc; }, "flags handle has kind 2"},
       {"data kind", [](SetupRecord& r) { r.data.kind = gpu::HandleKind::None; }, "data handle has kind 0"},

@@ -42,6 +42,7 @@ TEST(Config, AllreduceKnobsAreOptionsFields) {
   EXPECT_EQ(d.allreduce_threads, 0);
   EXPECT_EQ(d.allreduce_blocks, 0);
   EXPECT_EQ(d.allreduce_ll_max, size_t(512) << 10);
+  EXPECT_EQ(d.allreduce_ll128_max, size_t(4) << 20);
   EXPECT_EQ(d.allreduce_pdl, -1);
   EXPECT_FALSE(d.allreduce_oneshot_generic);
   EnvScope env;
@@ -49,6 +50,7 @@ TEST(Config, AllreduceKnobsAreOptionsFields) {
   env.set("PEERLINK_ALLREDUCE_THREADS", "256");
   env.set("PEERLINK_ALLREDUCE_BLOCKS", "64");
   env.set("PEERLINK_ALLREDUCE_LL_MAX", "1024");
+  env.set("PEERLINK_ALLREDUCE_LL128_MAX", "0");
   env.set("PEERLINK_ALLREDUCE_PDL", "0");
   env.set("PEERLINK_ALLREDUCE_ONESHOT_GENERIC", "1");
   env.set("PEERLINK_ALLREDUCE_ALGO", "TwoShot");
@@ -59,6 +61,7 @@ TEST(Config, AllreduceKnobsAreOptionsFields) {
   EXPECT_EQ(o.allreduce_threads, 256);
   EXPECT_EQ(o.allreduce_blocks, 64);
   EXPECT_EQ(o.allreduce_ll_max, 1024u);
+  EXPECT_EQ(o.allreduce_ll128_max, 0u);
   EXPECT_EQ(o.allreduce_pdl, 0);
   EXPECT_TRUE(o.allreduce_oneshot_generic);
   EXPECT_EQ(parse_allreduce_algo(o.allreduce_algo), AllreduceAlgo::TwoShot);
@@ -70,6 +73,7 @@ TEST(Config, FromEnvNamesTheVariableAndValue) {
     const char* value;
   } cases[] = {{"PEERLINK_ALLREDUCE_BLOCKS", "161"},  {"PEERLINK_ALLREDUCE_THREADS", "-1"},
                {"PEERLINK_ALLREDUCE_SCRATCH_BYTES", "8"}, {"PEERLINK_ALLREDUCE_LL_MAX", "1e3"},
+               {"PEERLINK_ALLREDUCE_LL128_MAX", "67108865"},
                {"PEERLINK_ALLREDUCE_PDL", "maybe"},   {"PEERLINK_ALLREDUCE_ALGO", "fastest"},
                {"PEERLINK_RELAY_SLOTS", "1"},         {"PEERLINK_TIMEOUT_MS", "99999999999999999999"},
                {"PEERLINK_P2P_LEVEL", "PCIE"},        {"PEERLINK_DEBUG", "loud"},
@@ -99,6 +103,7 @@ TEST(Config, ValidateHoldsValuesFromCodeToTheSameRules) {
   bad([](Options& o) { o.stream_threads = 544; }, "stream_threads");
   bad([](Options& o) { o.allreduce_scratch_bytes = 8; }, "allreduce_scratch_bytes");
   bad([](Options& o) { o.allreduce_pdl = 2; }, "allreduce_pdl");
+  bad([](Options& o) { o.allreduce_ll128_max = size_t(1) << 27; }, "allreduce_ll128_max");
   bad([](Options& o) { o.allreduce_algo = "quick"; }, "quick");
   bad([](Options& o) { o.p2p_level = "PCIE"; }, "PCIE");
   Options ok;

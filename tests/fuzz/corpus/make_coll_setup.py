@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the collectives' fuzz targets, little endian:
 - coll_setup/ (tests/fuzz/coll_setup_fuzz.cpp): valid collectives setup records
-  (src/collectives/setup_record.h, 264 bytes) of rank 1 in a 2-rank job, host and GPU, and a few
+  (src/collectives/setup_record.h, 272 bytes) of rank 1 in a 2-rank job, host and GPU, and a few
   near misses;
 - window_record/ (tests/fuzz/window_record_fuzz.cpp): a selector byte (rank | (id - 1) << 3) and a
   window registration record (src/collectives/window_record.h, 144 bytes): valid host and GPU
@@ -12,14 +12,17 @@ from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "coll_setup"
 WIN_OUT = Path(__file__).resolve().parent / "window_record"
-MAGIC, VERSION = 0x504C4352, 1
+MAGIC, VERSION = 0x504C4352, 2
 FLAG_BYTES = 2 * 160 * 8 * 8 + 160 * 8 + 4 + 15 * 4  # sizeof(FlagArea)
 CAP = 1 << 20
 
 
-def data_bytes(world, ll_cap):
+def data_bytes(world, ll_cap, ll128_cap):
     region = world * CAP
-    return 2 * (2 * region) + 2 * world * ll_cap
+    raw = 2 * (2 * region) + 2 * world * ll_cap
+    if not ll128_cap:
+        return raw
+    return (raw + 127) // 128 * 128 + 2 * world * ll128_cap
 
 
 def handle(kind, alloc_bytes, name=b""):
@@ -29,10 +32,13 @@ def handle(kind, alloc_bytes, name=b""):
 
 def record(host, rank=1, world=2, flags_off=0, data_off=0, extra=0, kind=None, magic=MAGIC):
     ll_cap = 0 if host else CAP
+    ll128_cap = 0 if host else CAP
     k = kind if kind is not None else (1 if host else 2)
     name = b"pl_seed_m1\0" if host else b"\x11" * 64
-    head = struct.pack("<IIiiiiQQQQ", magic, VERSION, rank, world, 1 if host else 0, 0, CAP, ll_cap, flags_off, data_off)
-    return head + handle(k, FLAG_BYTES + flags_off, name) + handle(k, data_bytes(world, ll_cap) + data_off + extra, name)
+    links = 0 if host else 1
+    head = struct.pack("<IIiiiiQQQQQ", magic, VERSION, rank, world, 1 if host else 0, links, CAP, ll_cap, ll128_cap,
+                       flags_off, data_off)
+    return head + handle(k, FLAG_BYTES + flags_off, name) + handle(k, data_bytes(world, ll_cap, ll128_cap) + data_off + extra, name)
 
 
 def main():
@@ -47,7 +53,7 @@ def main():
         "short": record(True)[:200],
     }
     for name, blob in seeds.items():
-        assert name == "short" or len(blob) == 264, (name, len(blob))
+        assert name == "short" or len(blob) == 272, (name, len(blob))
         (OUT / name).write_bytes(blob)
     window_seeds()
 
