@@ -41,6 +41,9 @@ enum class AllreduceAlgo {
 enum class CollAlgo {
   Auto,  // by message size (all_to_all_v: always Push, its sizes differ per rank)
   LL,    // one step of flag-in-data lines; pieces up to allreduce_ll_max bytes (host backend: 16 KB)
+  // One step of LL128 lines (128 bytes: 120 of data, an 8-byte flag); pieces up to
+  // allreduce_ll128_max bytes, GPUs only, where every pair is NVLink or one GPU (as allreduce's).
+  LL128,
   Push,  // chunks pushed into the receivers' mapped scratch, per-block flags
   // Copy engines (all_to_all_v and the host backend run Push instead): chunks copied into the
   // receivers' scratch by cudaMemcpyAsync, one small kernel per step for the flags, the receiver's

@@ -327,6 +327,11 @@ void launch_collective(const CollLaunchArgs& c, void* stream) {
   if (a.blocks < 1 || a.blocks > kMaxBlocks || a.threads < kWarpSize || a.threads > 1024)
     throw InvalidArgument(common::cat("collective launch: blocks ", a.blocks, " (1..", kMaxBlocks, "), threads ",
                                       a.threads, " (", kWarpSize, "..1024)"));
+  if (c.ll128) {
+    launch_coll_ll128(c, stream);
+    gpu::dev::check_launch("collective kernel launch");
+    return;
+  }
   if (!c.ll && (c.chunk == 0 || c.per_block == 0))
     throw InvalidArgument(common::cat("collective launch: chunk ", c.chunk, ", per block ", c.per_block));
   DevStream st = static_cast<DevStream>(stream);

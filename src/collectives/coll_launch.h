@@ -18,10 +18,13 @@ struct CollLaunchArgs {
   size_t per_block = 0;  // push path: elements of a chunk per block (multiple of 16 bytes)
   bool ll = false;       // one step through LL lines
   size_t ll_words_per_block = 0;  // LL: 8-byte words of each piece per block
+  bool ll128 = false;    // one step through LL128 lines (coll_ll128_kernels.cu; not all_to_all_v)
 };
 
 // Enqueues the collective on `stream`. Throws InvalidArgument / GpuError when the launch fails.
 void launch_collective(const CollLaunchArgs& c, void* stream);
+// The LL128 kernel's launch (called by launch_collective); threads a multiple of the warp size.
+void launch_coll_ll128(const CollLaunchArgs& c, void* stream);
 
 // Copy-engine path (coll_ce.cpp): one flag step of block 0's protocol with no data (signal every
 // peer, wait for every peer, advance every block's counter). `entry`: one or two such steps so that

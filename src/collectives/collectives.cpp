@@ -77,6 +77,10 @@ const std::string& algo_field(const Options& o, int kind) {
 // take them only when forced: their reduction kernel per step is a separate guess). all_to_all_v always pushes:
 // its piece sizes differ per rank, and ranks must choose alike without talking. The host backend
 // has no copy-engine path: "ce" runs the push plan there (same pieces and chunks).
+// Auto: pieces above this many bytes (and up to allreduce_ll128_max) take LL128 lines where the
+// communicator has them (every pair NVLink or one GPU); LL below.
+constexpr size_t kCollLl128Above = size_t(128) << 10;
+
 bool ce_kind(int kind) { return kind == coll::kAllGather || kind == coll::kBroadcast || kind == coll::kAllToAll; }
 // The zero-copy path (coll_zero_copy.cpp): the moving kinds write the peers' recvbufs, the
 // reducing kinds read the peers' sendbufs; all_to_all_v has none.
@@ -153,10 +157,21 @@ CollAlgo choose(const coll::CollState& st, const Call& c, const coll::Window* w)
     return CollAlgo::LL;
   }
   if (c.d.kind == coll::kAllToAllV) return CollAlgo::Push;
+  if (forced == CollAlgo::LL128) {
+    if (st.ll128_max == 0 || piece_bytes > st.ll128_max)
+      throw InvalidArgument(cat(c.name, ": LL128 forced (Options) but ",
+                                st.ll128_max == 0 ? std::string("this communicator has no LL128 lines (the host backend, HIP, "
+                                                                "allreduce_ll128_max 0, or a pair that is neither NVLink "
+                                                                "nor one GPU)")
+                                                  : cat("a piece of ", piece_bytes, " bytes exceeds allreduce_ll128_max ",
+                                                        st.ll128_max)));
+    return CollAlgo::LL128;
+  }
   if (forced == CollAlgo::CopyEngine) return st.host || st.world < 2 ? CollAlgo::Push : CollAlgo::CopyEngine;
   if (forced == CollAlgo::Push) return CollAlgo::Push;
   if (!st.host && st.world >= 2 && ce_kind(c.d.kind) && o.coll_ce_min > 0 && piece_bytes >= o.coll_ce_min)
     return CollAlgo::CopyEngine;
+  if (st.ll128_max > 0 && piece_bytes > kCollLl128Above && piece_bytes <= st.ll128_max) return CollAlgo::LL128;
   size_t ll_max = std::min(st.ll_max, o.coll_ll_max);  // host: st.ll_max is its 16 KB area
   return ll_max > 0 && piece_bytes <= ll_max ? CollAlgo::LL : CollAlgo::Push;
 }
@@ -184,6 +199,14 @@ void device_run(coll::CollState& st, const Call& c, CollAlgo algo, const coll::W
     size_t words = (piece_bytes + 7) / 8;
     a.blocks = st.blocks_override > 0 ? st.blocks_override : clamp_int((words + a.threads - 1) / a.threads, 1, all);
     L.ll_words_per_block = std::max<size_t>(1, (words + a.blocks - 1) / a.blocks);
+  } else if (algo == CollAlgo::LL128) {
+    // As allreduce's LL128 grid (allreduce.cpp): whole warps, enough for one warp store of the
+    // largest piece per warp, up to kMaxBlocks.
+    L.ll128 = true;
+    const size_t lines = coll::ll128_lines(coll::local_max_piece(c.d) * elem);
+    a.threads = std::max(64, a.threads / 64 * 64);
+    const size_t warps = size_t(a.threads) / 32, stores = (lines + 3) / 4;
+    a.blocks = st.blocks_override > 0 ? st.blocks_override : clamp_int((stores + warps - 1) / warps, 1, coll::kMaxBlocks);
   } else {
     coll::PushGrid g = coll::push_grid(c.d, st.layout.cap, a.threads, all, st.blocks_override);
     L.chunk = g.chunk;

@@ -149,6 +149,7 @@ const char* to_string(CollAlgo a) {
   switch (a) {
     case CollAlgo::Auto: return "auto";
     case CollAlgo::LL: return "ll";
+    case CollAlgo::LL128: return "ll128";
     case CollAlgo::Push: return "push";
     case CollAlgo::CopyEngine: return "ce";
     case CollAlgo::ZeroCopy: return "zero_copy";
@@ -160,10 +161,11 @@ CollAlgo parse_coll_algo(const std::string& s) {
   std::string v = lower(s);
   if (v.empty() || v == "auto") return CollAlgo::Auto;
   if (v == "ll") return CollAlgo::LL;
+  if (v == "ll128") return CollAlgo::LL128;
   if (v == "push" || v == "direct") return CollAlgo::Push;
   if (v == "ce" || v == "copy_engine" || v == "copyengine") return CollAlgo::CopyEngine;
   if (v == "zero_copy" || v == "zc" || v == "zerocopy") return CollAlgo::ZeroCopy;
-  throw InvalidArgument(cat("collective algorithm '", s, "' is not one of ll, push, ce, zero_copy, auto"));
+  throw InvalidArgument(cat("collective algorithm '", s, "' is not one of ll, ll128, push, ce, zero_copy, auto"));
 }
 
 namespace {

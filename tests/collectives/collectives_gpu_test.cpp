@@ -56,13 +56,16 @@ TEST(CollectivesGpu, Correctness) {
   const std::vector<int> devs = gpu_test_devices();
   const int world = int(devs.size());
   const DataType types[] = {DataType::BF16, DataType::F32, DataType::F16, DataType::F64, DataType::I32, DataType::I64};
-  // ll: pieces within the LL area (512 KB: 65531 x 8 B fits, 65537 x 8 B did not); push with 64 KB scratch positions (many steps per
-  // call, several blocks per step); auto with the default scratch (2 ranks: 16 MB chunks).
+  // ll: pieces within the LL area (512 KB: 65531 x 8 B fits, 65537 x 8 B did not); ll128: LL128
+  // lines from one element to pieces of 2.4 MB (within the 4 MB default); push with 64 KB scratch
+  // positions (many steps per call, several blocks per step); auto with the default scratch (2
+  // ranks: 16 MB chunks; LL128 for pieces of 128 KB-4 MB).
   struct Algo { const char* name; size_t scratch; std::vector<size_t> sizes; };
   const Algo algos[] = {{"ll", 0, {1, 3, 1001, 4099, 65531}},
+                        {"ll128", 0, {1, 3, 15, 61, 1001, 4099, 300001}},
                         {"push", 65536, {1, 3, 1001, 65537, 300001}},
                         {"", 0, {1, 7, 4099, 300001, 2000001}}};
-  const int kMaxCases = 3 * 6 * 6 * 4 * 5;
+  const int kMaxCases = 4 * 6 * 6 * 4 * 7;
   HashTable hashes(world, kMaxCases);
   int cases = 0;
   for (const Algo& a : algos)
@@ -118,7 +121,8 @@ TEST(CollectivesGpu, GraphCaptureAndReplays) {
     gpu::set_device(devs[rank]);
     Communicator comm(uid, rank, world, devs[rank], opts(""));
     gpu::Stream s = gpu::stream_create();
-    for (size_t n : {size_t(1001), size_t(1) << 20}) {  // 4 KB pieces (LL) and 4 MB (push)
+    // 4 KB pieces (LL), 400 KB and 4 MB (LL128 where the pairs have it), 12 MB (push)
+    for (size_t n : {size_t(1001), size_t(100003), size_t(1) << 20, size_t(3) << 20}) {
       const size_t b = n * 4;
       Mem mem = device_mem(comm, s);
       Buf in(mem, world * b, 0), ag(mem, world * b, 0), rs(mem, b, 0), bc(mem, b, 0), rd(mem, b, 0), a2a(mem, world * b, 0);
@@ -172,7 +176,7 @@ TEST(CollectivesGpu, GraphCaptureAndReplays) {
   EXPECT_EQ(fail, "");
 }
 
-// Small and quick: every kind on the LL and the push path (bf16 sums, one odd count, a root that
+// Small and quick: every kind on the LL, LL128 and push paths (bf16 sums, one odd count, a root that
 // is not rank 0), verified; what scripts/gpu_collectives.sh runs under compute-sanitizer racecheck.
 TEST(CollectivesGpu, SanitizerSmall) {
   REQUIRE_GPUS();
@@ -182,7 +186,7 @@ TEST(CollectivesGpu, SanitizerSmall) {
   std::string fail = run_ranks(world, [&](int rank) {
     gpu::set_device(devs[rank]);
     int c = 0, ai = 0;
-    for (const char* algo : {"ll", "push"}) {
+    for (const char* algo : {"ll", "ll128", "push"}) {
       const bool push = std::string(algo) == "push";  // push: 64 KB scratch positions, as in Correctness
       Communicator comm(uid + std::to_string(ai++), rank, world, devs[rank], opts(algo, push ? 65536 : 0));
       gpu::Stream s = gpu::stream_create();

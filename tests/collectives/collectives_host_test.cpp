@@ -77,4 +77,21 @@ TEST(CollectivesHost, PushTwoChunks2Ranks) {
 TEST(CollectivesHost, AutoAllKinds8Ranks) { sweep(8, "", kAll, {1, 17, 1001}); }
 TEST(CollectivesHost, PushAllKinds5Ranks) { sweep(5, "push", kAll, {3, 77}, 256); }
 
+// LL128 lines are a GPU path (NVLink or one-GPU pairs): forced on the host backend it is a typed
+// error naming why, before anything moves; all_to_all_v ignores it (it always pushes).
+TEST(CollectivesHost, LL128ForcedWithoutLinesIsInvalidArgument) {
+  std::string uid = unique_test_id("coll-ll128");
+  std::string fail = run_ranks(2, [&](int rank) {
+    Communicator comm(uid, rank, 2, peerlink::kHostDevice, opts("ll128"));
+    std::vector<float> in(8, 1.0f + rank), out(16, -1.0f);
+    MP_CHECK_THROWS(peerlink::all_gather(comm, in.data(), out.data(), 8, DataType::F32), peerlink::InvalidArgument,
+                    "no LL128 lines");
+    MP_CHECK_MSG(out == std::vector<float>(16, -1.0f), "all_gather wrote its output");
+    std::vector<size_t> cnt(2, 4), dsp = {0, 4};
+    peerlink::all_to_all_v(comm, in.data(), cnt.data(), dsp.data(), out.data(), cnt.data(), dsp.data(), DataType::F32);
+    MP_CHECK_MSG(out[0] == 1.0f && out[4] == 2.0f, "all_to_all_v: " << out[0] << " " << out[4]);
+  });
+  EXPECT_EQ(fail, "");
+}
+
 }  // namespace
