@@ -227,22 +227,15 @@ __global__ void __launch_bounds__(1024) coll_ll_kernel(CollLaunchArgs c) {
     }
   } else {
     for (int r = 0; r < n && ok; ++r) {
-      Piece rp = recv_piece(d, r, Kind);
-      const size_t bytes = rp.count * sizeof(T);
-      char* out = reinterpret_cast<char*>(dst + rp.dst_off);
-      if (r != me && bytes == 0) {
-        token(r);
-        continue;
-      }
-      const char* in = r == me ? reinterpret_cast<const char*>(src + send_piece(d, me, Kind).src_off) : nullptr;
-      if (r == me && in == out) continue;
-      const bool al = al8(out) && (in == nullptr || al8(in));
-      const size_t nw = words(bytes), hi = wend < nw ? wend : nw;
+      const MoveTarget t = move_target(d, r, Kind, reinterpret_cast<const char*>(src), reinterpret_cast<char*>(dst));
+      if (t.token) token(r);
+      if (t.token || t.skip) continue;
+      const size_t nw = words(t.bytes), hi = wend < nw ? wend : nw;
       for (size_t w = w0 + threadIdx.x; w < hi && ok; w += blockDim.x) {
         uint64_t v = 0;
-        if (r == me) v = own_word(in, bytes, w, al);
+        if (t.in) v = own_word(t.in, t.bytes, w, t.aligned8);
         else ok = wait_line(a, r, a.data[me] + L.ll(slot, r) + w * 16, flag, &v);
-        if (ok) store_word(out, w, bytes, al, v);
+        if (ok) store_word(t.out, w, t.bytes, t.aligned8, v);
       }
     }
   }

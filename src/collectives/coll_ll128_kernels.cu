@@ -91,24 +91,17 @@ __global__ void __launch_bounds__(1024) coll_ll128_kernel(CollLaunchArgs c) {
     }
   } else {
     for (int r = 0; r < n && ok; ++r) {
-      const Piece rp = recv_piece(d, r, Kind);
-      const size_t bytes = rp.count * sizeof(T);
-      char* out = reinterpret_cast<char*>(dst + rp.dst_off);
-      if (r != me && bytes == 0) {
-        token(r);
-        continue;
-      }
-      const char* in = r == me ? reinterpret_cast<const char*>(src + send_piece(d, me, Kind).src_off) : nullptr;
-      if (r == me && in == out) continue;
-      const bool al = al8(out) && (in == nullptr || al8(in));
-      const size_t lines = ll128_lines(bytes);
+      const MoveTarget t = move_target(d, r, Kind, reinterpret_cast<const char*>(src), reinterpret_cast<char*>(dst));
+      if (t.token) token(r);
+      if (t.token || t.skip) continue;
+      const size_t lines = ll128_lines(t.bytes);
       for (size_t g = warp; g < groups_of(lines) && ok; g += warps) {
         const size_t l = line_in(g);
         const bool active = l < lines;
         uint64_t v0 = 0, v1 = 0;
-        if (r == me) load_words(in, bytes, al, active ? l : lines, v0, v1);
+        if (t.in) load_words(t.in, t.bytes, t.aligned8, active ? l : lines, v0, v1);
         else ok = take(a, a.data[me] + L.ll128(slot, r), l, active, seq, r, v0, v1);
-        if (ok && active) store_words(out, bytes, al, l, v0, v1);
+        if (ok && active) store_words(t.out, t.bytes, t.aligned8, l, v0, v1);
       }
     }
   }

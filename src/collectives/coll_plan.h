@@ -102,6 +102,29 @@ PL_HD size_t local_max_piece(const CollDesc& d) {
   return m;
 }
 
+// The moving kinds' (all_gather, broadcast, all_to_all) piece from `from`, as the one-step (LL and
+// LL128) kernels consume it: bytes of the piece, where it goes, and for from == d.rank where our own
+// copy comes from (`in`; null otherwise). token: an empty piece from a peer (only its token line);
+// skip: our own piece already in place (in == out), or empty.
+struct MoveTarget {
+  const char* in = nullptr;
+  char* out = nullptr;
+  size_t bytes = 0;
+  bool token = false, skip = false;
+  bool aligned8 = false;  // out (and in, when there is one) 8-byte aligned
+};
+PL_HD MoveTarget move_target(const CollDesc& d, int from, int kind, const char* src, char* dst) {
+  const Piece rp = recv_piece(d, from, kind);
+  MoveTarget t;
+  t.bytes = rp.count * d.elem;
+  t.out = dst + rp.dst_off * d.elem;
+  if (from == d.rank) t.in = src + send_piece(d, from, kind).src_off * d.elem;
+  t.token = from != d.rank && t.bytes == 0;
+  t.skip = from == d.rank && (t.in == t.out || t.bytes == 0);
+  t.aligned8 = ((reinterpret_cast<uintptr_t>(t.out) | reinterpret_cast<uintptr_t>(t.in)) & 7) == 0;
+  return t;
+}
+
 // Elements of one step per piece: the scratch position (`cap` bytes) rounded down to whole 16-byte
 // units, so every chunk starts 16-byte aligned in the scratch.
 PL_HD size_t chunk_elems(size_t cap, size_t elem) {

@@ -243,8 +243,8 @@ CollState& coll_state(Communicator& comm) {
     for (int p = 0; p < st->world; ++p)
       if (all[p].ll128_links != 1) why = cat(why, why.empty() ? "" : ", ", "rank ", p);
     common::log_line(LogLevel::Info, opts.log_level,
-                     ll128 ? cat("allreduce (rank ", st->rank, "): LL128 lines for one-shot messages of ", st->ll_max,
-                                 "-", st->ll128_max, " bytes")
+                     ll128 ? cat("allreduce (rank ", st->rank, "): LL128 lines on, for one-shot messages and "
+                                 "collective pieces up to ", st->ll128_max, " bytes")
                            : cat("allreduce (rank ", st->rank, "): no LL128 lines (", why,
                                  " has a pair that is neither NVLink nor one GPU, or a runtime other than CUDA)"));
   }
