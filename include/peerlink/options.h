@@ -155,6 +155,8 @@ struct Options {
   // scripts/gpu_coll_sweep.sh, bf16 graph): LL up to 512 KB against push at 64 KB: broadcast 4.40 vs
   // 7.19 us at 512 KB, reduce 4.29 vs 6.93, reduce_scatter 5.91 vs 9.33 us at 1 MB; copy engines
   // lost to push kernels at every size 2-128 MB for every op (e.g. all_gather 128 MB 307 vs 258 us).
+  // Where LL128 lines are on (allreduce_ll128_max), pieces above 128 KB take them instead of LL
+  // (2x H100, session 17: all_gather 4 MB 15.47 -> 10.46 us).
   size_t coll_ll_max = size_t(512) << 10;
   size_t coll_ce_min = 0;
   // Copy-engine path: bytes per piece per step (PEERLINK_COLL_CE_CHUNK_BYTES, 0 = the scratch
