@@ -5,6 +5,7 @@
 
 #include "collectives/coll_plan.h"
 #include "collectives/device_launch.h"
+#include "peerlink/options.h"  // CollAlgo
 
 namespace peerlink::coll {
 
@@ -83,7 +84,8 @@ struct Window;
 void zc_collective(CollState& st, const CollDesc& d, int dtype, int op, const Window& w, const void* src, void* dst,
                    void* stream);
 
-// Host backend: runs the collective synchronously (same plan, one "block").
-void host_collective(CollState& st, const CollDesc& d, int dtype, int op, const void* src, void* dst, bool ll);
+// Host backend: runs the collective synchronously (same plan, one "block") by `algo`: LL, LL128, or
+// the push plan for anything else.
+void host_collective(CollState& st, const CollDesc& d, int dtype, int op, const void* src, void* dst, CollAlgo algo);
 
 }  // namespace peerlink::coll

@@ -172,6 +172,9 @@ CollState& coll_state(Communicator& comm) {
     // collectives (host_collectives.cpp); host allreduce does not use it.
     st->ll_max = std::min(round_up(opts.allreduce_ll_max, 16), kHostLlMax);
     st->layout.ll_cap = 2 * st->ll_max;
+    // And a small LL128 area, so that CI runs the LL128 line layout, tokens and slot reuse too
+    // (host_collectives.cpp writes each line's flag last with a release store: no link involved).
+    st->layout.ll128_cap = ll128_lines(std::min(opts.allreduce_ll128_max, kHostLl128Max)) * kLl128Line;
   }
 
   // The device is current for the setup only; the user's thread gets its own back (no-op on host).
@@ -217,8 +220,8 @@ CollState& coll_state(Communicator& comm) {
     mine.cap = cap;
     mine.ll_cap = st->layout.ll_cap;
     mine.ll128_cap = st->layout.ll128_cap;
-    bool links = !st->host && std::string(gpu::runtime_name()) == "cuda";
-    for (int p = 0; p < st->world && links; ++p) links = p == st->rank || svc.nvlink_to(p);
+    bool links = st->host || std::string(gpu::runtime_name()) == "cuda";
+    for (int p = 0; p < st->world && links && !st->host; ++p) links = p == st->rank || svc.nvlink_to(p);
     mine.ll128_links = links ? 1 : 0;
     mine.world = st->world;
     mine.host = st->host ? 1 : 0;
@@ -237,8 +240,9 @@ CollState& coll_state(Communicator& comm) {
   for (int p = 0; p < st->world; ++p) all[p] = parse_setup_record(&all[p], sizeof(SetupRecord), p, expect);
   bool ll128 = st->layout.ll128_cap > 0;
   for (int p = 0; p < st->world; ++p) ll128 = ll128 && all[p].ll128_links == 1;
-  st->ll128_max = ll128 ? opts.allreduce_ll128_max : 0;  // every rank computes the same from the same records
-  if (st->layout.ll128_cap > 0 && opts.log_level >= LogLevel::Info) {
+  // Every rank computes the same from the same records and options.
+  st->ll128_max = !ll128 ? 0 : st->host ? std::min(opts.allreduce_ll128_max, kHostLl128Max) : opts.allreduce_ll128_max;
+  if (!st->host && st->layout.ll128_cap > 0 && opts.log_level >= LogLevel::Info) {
     std::string why;
     for (int p = 0; p < st->world; ++p)
       if (all[p].ll128_links != 1) why = cat(why, why.empty() ? "" : ", ", "rank ", p);

@@ -80,6 +80,9 @@ const std::string& algo_field(const Options& o, int kind) {
 // Auto: pieces above this many bytes (and up to allreduce_ll128_max) take LL128 lines where the
 // communicator has them (every pair NVLink or one GPU); LL below.
 constexpr size_t kCollLl128Above = size_t(128) << 10;
+// The host backend's LL128 area holds 16 KB pieces (layout.h): from 4 KB, so that CI's auto runs
+// take LL, LL128 and push by size.
+constexpr size_t kHostLl128Above = size_t(4) << 10;
 
 bool ce_kind(int kind) { return kind == coll::kAllGather || kind == coll::kBroadcast || kind == coll::kAllToAll; }
 // The zero-copy path (coll_zero_copy.cpp): the moving kinds write the peers' recvbufs, the
@@ -160,18 +163,18 @@ CollAlgo choose(const coll::CollState& st, const Call& c, const coll::Window* w)
   if (forced == CollAlgo::LL128) {
     if (st.ll128_max == 0 || piece_bytes > st.ll128_max)
       throw InvalidArgument(cat(c.name, ": LL128 forced (Options) but ",
-                                st.ll128_max == 0 ? std::string("this communicator has no LL128 lines (the host backend, HIP, "
-                                                                "allreduce_ll128_max 0, or a pair that is neither NVLink "
-                                                                "nor one GPU)")
-                                                  : cat("a piece of ", piece_bytes, " bytes exceeds allreduce_ll128_max ",
-                                                        st.ll128_max)));
+                                st.ll128_max == 0 ? std::string("this communicator has no LL128 lines (HIP, allreduce_ll128_max "
+                                                                "0, or a pair that is neither NVLink nor one GPU)")
+                                                  : cat("a piece of ", piece_bytes, " bytes exceeds the LL128 area's ",
+                                                        st.ll128_max, " bytes (allreduce_ll128_max)")));
     return CollAlgo::LL128;
   }
   if (forced == CollAlgo::CopyEngine) return st.host || st.world < 2 ? CollAlgo::Push : CollAlgo::CopyEngine;
   if (forced == CollAlgo::Push) return CollAlgo::Push;
   if (!st.host && st.world >= 2 && ce_kind(c.d.kind) && o.coll_ce_min > 0 && piece_bytes >= o.coll_ce_min)
     return CollAlgo::CopyEngine;
-  if (st.ll128_max > 0 && piece_bytes > kCollLl128Above && piece_bytes <= st.ll128_max) return CollAlgo::LL128;
+  const size_t ll128_above = st.host ? kHostLl128Above : kCollLl128Above;
+  if (st.ll128_max > 0 && piece_bytes > ll128_above && piece_bytes <= st.ll128_max) return CollAlgo::LL128;
   size_t ll_max = std::min(st.ll_max, o.coll_ll_max);  // host: st.ll_max is its 16 KB area
   return ll_max > 0 && piece_bytes <= ll_max ? CollAlgo::LL : CollAlgo::Push;
 }
@@ -247,8 +250,7 @@ void run(Communicator& comm, Call& c, void* stream) {
     if (algo == CollAlgo::ZeroCopy)
       coll::zc_collective(st, c.d, static_cast<int>(c.dtype), static_cast<int>(c.op), *w, c.src, c.dst, nullptr);
     else
-      coll::host_collective(st, c.d, static_cast<int>(c.dtype), static_cast<int>(c.op), c.src, c.dst,
-                            algo == CollAlgo::LL);
+      coll::host_collective(st, c.d, static_cast<int>(c.dtype), static_cast<int>(c.op), c.src, c.dst, algo);
   } catch (const TimeoutError& e) {
     st.broken = std::make_exception_ptr(TimeoutError(cat(e.what(), "; this communicator's collectives are unusable")));
     throw;

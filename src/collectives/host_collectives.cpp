@@ -1,6 +1,6 @@
 // Host backend of all-gather, reduce-scatter, broadcast, reduce and all-to-all(v): the plan of
-// coll_plan.h run by one CPU thread per rank over POSIX SHM (one "block"), both the chunked push
-// path and the LL path, so that CI runs the sequence numbers, slot reuse, chunking, tokens and the
+// coll_plan.h run by one CPU thread per rank over POSIX SHM (one "block"), the chunked push path,
+// the LL path and the LL128 path, so that CI runs the sequence numbers, slot reuse, chunking, tokens and the
 // all_to_all_v step agreement of the GPU kernels across real processes.
 #include <algorithm>
 #include <vector>
@@ -117,6 +117,26 @@ uint64_t wait_line(CollState& st, int from, const char* line, uint32_t flag, siz
   return v;
 }
 
+// The reducing kinds' one-step receive (LL, LL128): every peer's piece copied out of its lines by
+// take(rank, bytes, out) into a temporary, then reduced with ours in rank order.
+template <typename T, int Op, typename Take>
+void reduce_taken(CollState& st, const CollDesc& d, const T* src, T* dst, Take&& take) {
+  const Piece rp = recv_piece(d, st.rank);
+  std::vector<std::vector<T>> tmp(st.world);
+  const T* ins[kMaxRanks];
+  for (int r = 0; r < st.world; ++r) {
+    if (r == st.rank) {
+      ins[r] = src + rp.src_off;
+      continue;
+    }
+    tmp[r].resize(rp.count);
+    take(r, rp.count * sizeof(T), reinterpret_cast<char*>(tmp[r].data()));
+    ins[r] = tmp[r].data();
+  }
+  T* out = dst + rp.dst_off;
+  if (rp.count) reduce_elems<T, Op>(ins, st.world, &out, 1, rp.count);
+}
+
 template <typename T, int Op>
 void run_ll(CollState& st, const CollDesc& d, const T* src, T* dst) {
   const DataLayout& L = st.layout;
@@ -139,37 +159,20 @@ void run_ll(CollState& st, const CollDesc& d, const T* src, T* dst) {
     }
   }
   // Receive: every line of every incoming piece (a token when empty) into `out` (or discarded).
-  auto take = [&](int r, size_t count, char* out) {
+  auto take = [&](int r, size_t bytes, char* out) {
     const char* lines = st.data[me] + L.ll(slot, r);
-    const size_t bytes = count * sizeof(T);
     if (bytes == 0) wait_line(st, r, lines, flag, 0, what);
     for (size_t w = 0; w * 8 < bytes; ++w) {
       uint64_t v = wait_line(st, r, lines + w * 16, flag, w, what);
       std::memcpy(out + w * 8, &v, std::min<size_t>(8, bytes - w * 8));
     }
   };
-  if (reducing(d.kind)) {
-    Piece rp = recv_piece(d, me);
-    std::vector<std::vector<T>> tmp(n);
-    const T* ins[kMaxRanks];
-    for (int r = 0; r < n; ++r) {
-      if (r == me) {
-        ins[r] = src + rp.src_off;
-        continue;
-      }
-      tmp[r].resize(rp.count);
-      take(r, rp.count, reinterpret_cast<char*>(tmp[r].data()));
-      ins[r] = tmp[r].data();
-    }
-    T* out = dst + rp.dst_off;
-    if (rp.count) reduce_elems<T, Op>(ins, n, &out, 1, rp.count);
-    return;
-  }
+  if (reducing(d.kind)) return reduce_taken<T, Op>(st, d, src, dst, take);
   for (int r = 0; r < n; ++r) {
     Piece rp = recv_piece(d, r);
     T* out = dst + rp.dst_off;
     if (r != me) {
-      take(r, rp.count, reinterpret_cast<char*>(out));
+      take(r, rp.count * sizeof(T), reinterpret_cast<char*>(out));
     } else if (rp.count) {
       const T* in = src + send_piece(d, me).src_off;
       reduce_elems<T, kOpSum>(&in, 1, &out, 1, rp.count);
@@ -177,13 +180,72 @@ void run_ll(CollState& st, const CollDesc& d, const T* src, T* dst) {
   }
 }
 
+// ---- LL128 lines on SHM: the GPU's line layout (layout.h: 15 data words, the flag in the last 8
+// bytes); the host writes the data words first and the flag last with a release store, and the
+// reader acquires the flag before it reads the words (a CPU gives no 128-byte store atomicity).
+constexpr size_t kLineWords = kLl128Data / 8;
+
+void put_line128(char* line, const char* data, size_t bytes, uint64_t flag) {
+  uint64_t w[kLineWords] = {};
+  if (bytes) std::memcpy(w, data, std::min(bytes, kLl128Data));
+  auto h = reinterpret_cast<uint64_t*>(line);
+  for (size_t k = 0; k < kLineWords; ++k) __atomic_store_n(&h[k], w[k], __ATOMIC_RELAXED);
+  __atomic_store_n(&h[kLineWords], flag, __ATOMIC_RELEASE);
+}
+
+// Waits for line l of rank `from`'s area position, then copies its first `bytes` data bytes to out.
+void take_line128(CollState& st, int from, const char* line, size_t l, uint64_t flag, char* out, size_t bytes,
+                  const char* what) {
+  auto h = reinterpret_cast<const uint64_t*>(line);
+  host_wait(st, from, what, [&] { return __atomic_load_n(&h[kLineWords], __ATOMIC_ACQUIRE) == flag; },
+            [&] { return cat("LL128 line ", l, ", flag ", flag); });
+  uint64_t w[kLineWords];
+  for (size_t k = 0; k < kLineWords; ++k) w[k] = __atomic_load_n(&h[k], __ATOMIC_RELAXED);
+  if (bytes) std::memcpy(out, w, std::min(bytes, kLl128Data));
+}
+
+template <typename T, int Op>
+void run_ll128(CollState& st, const CollDesc& d, const T* src, T* dst) {
+  const DataLayout& L = st.layout;
+  const int me = st.rank, n = st.world;
+  const char* what = kind_name(d.kind);
+  const uint64_t seq = ++st.host_seq;
+  const int slot = int(seq & 1);
+  for (int p = 0; p < n; ++p) {  // push every outgoing piece as lines (a flag-only token when empty)
+    if (p == me) continue;
+    const Piece sp = send_piece(d, p);
+    char* area = st.data[p] + L.ll128(slot, me);
+    const size_t bytes = sp.count * sizeof(T);
+    const char* s = reinterpret_cast<const char*>(src + sp.src_off);
+    if (bytes == 0) put_line128(area, nullptr, 0, seq);
+    for (size_t l = 0; l < ll128_lines(bytes); ++l)
+      put_line128(area + l * kLl128Line, s + l * kLl128Data, bytes - l * kLl128Data, seq);
+  }
+  // Every line of the piece from r (its token when empty) into `out`.
+  auto take = [&](int r, size_t bytes, char* out) {
+    const char* area = st.data[me] + L.ll128(slot, r);
+    if (bytes == 0) take_line128(st, r, area, 0, seq, nullptr, 0, what);
+    for (size_t l = 0; l < ll128_lines(bytes); ++l)
+      take_line128(st, r, area + l * kLl128Line, l, seq, out + l * kLl128Data, bytes - l * kLl128Data, what);
+  };
+  if (reducing(d.kind)) return reduce_taken<T, Op>(st, d, src, dst, take);
+  for (int r = 0; r < n; ++r) {
+    const MoveTarget t = move_target(d, r, d.kind, reinterpret_cast<const char*>(src), reinterpret_cast<char*>(dst));
+    if (t.token) take(r, 0, nullptr);
+    if (t.token || t.skip) continue;
+    if (t.in) std::memmove(t.out, t.in, t.bytes);
+    else take(r, t.bytes, t.out);
+  }
+}
+
 template <typename T>
-void run_typed(CollState& st, const CollDesc& d, int op, const void* src, void* dst, bool ll) {
+void run_typed(CollState& st, const CollDesc& d, int op, const void* src, void* dst, CollAlgo algo) {
   auto s = static_cast<const T*>(src);
   auto t = static_cast<T*>(dst);
   auto go = [&](auto opc) {
     constexpr int Op = decltype(opc)::value;
-    if (ll) run_ll<T, Op>(st, d, s, t);
+    if (algo == CollAlgo::LL) run_ll<T, Op>(st, d, s, t);
+    else if (algo == CollAlgo::LL128) run_ll128<T, Op>(st, d, s, t);
     else run_push<T, Op>(st, d, s, t);
   };
   if (!reducing(d.kind)) return go(std::integral_constant<int, kOpSum>{});
@@ -198,8 +260,8 @@ void run_typed(CollState& st, const CollDesc& d, int op, const void* src, void* 
 
 }  // namespace
 
-void host_collective(CollState& st, const CollDesc& d, int dtype, int op, const void* src, void* dst, bool ll) {
-  bool known = with_type(dtype, [&](auto t) { run_typed<decltype(t)>(st, d, op, src, dst, ll); });
+void host_collective(CollState& st, const CollDesc& d, int dtype, int op, const void* src, void* dst, CollAlgo algo) {
+  bool known = with_type(dtype, [&](auto t) { run_typed<decltype(t)>(st, d, op, src, dst, algo); });
   if (!known) throw InvalidArgument(cat(kind_name(d.kind), ": unknown dtype code ", dtype));
 }
 

@@ -29,6 +29,7 @@ constexpr int kMaxRanks = 8;
 constexpr int kMaxBlocks = 160;  // >= SM count of the GPUs we launch one block per SM on
 constexpr int kPhases = 2;       // 0: input pushed, 1: reduced shard pushed (two-shot)
 constexpr size_t kHostLlMax = size_t(16) << 10;  // host backend: LL messages up to 16 KB (CI)
+constexpr size_t kHostLl128Max = size_t(16) << 10;  // host backend: LL128 pieces up to 16 KB (CI)
 
 // Threads per block of the GPU LL kernels (allreduce's and the other collectives'), for a message
 // (allreduce) or largest piece of `bytes`. One 8-byte word per thread, so fewer threads spread it

@@ -77,21 +77,32 @@ TEST(CollectivesHost, PushTwoChunks2Ranks) {
 TEST(CollectivesHost, AutoAllKinds8Ranks) { sweep(8, "", kAll, {1, 17, 1001}); }
 TEST(CollectivesHost, PushAllKinds5Ranks) { sweep(5, "push", kAll, {3, 77}, 256); }
 
-// LL128 lines are a GPU path (NVLink or one-GPU pairs): forced on the host backend it is a typed
-// error naming why, before anything moves; all_to_all_v ignores it (it always pushes).
-TEST(CollectivesHost, LL128ForcedWithoutLinesIsInvalidArgument) {
+// LL128 lines on SHM (16 KB pieces at most there): every kind, 2 and 4 ranks, sizes around the
+// 120-byte line (f32 counts 29, 30, 31) up to the area; auto takes them for pieces of 4-16 KB.
+TEST(CollectivesHost, LL128AllKinds2Ranks) { sweep(2, "ll128", kAll, {1, 29, 30, 31, 301, 2048}); }
+TEST(CollectivesHost, LL128AllKinds4Ranks) { sweep(4, "ll128", kAll, {1, 31, 1001}); }
+
+// Forced LL128 with a piece past the area, or with LL128 off: a typed error naming why, before
+// anything moves; all_to_all_v ignores it (it always pushes).
+TEST(CollectivesHost, LL128ForcedBeyondItsAreaIsInvalidArgument) {
   std::string uid = unique_test_id("coll-ll128");
   std::string fail = run_ranks(2, [&](int rank) {
-    Communicator comm(uid, rank, 2, peerlink::kHostDevice, opts("ll128"));
-    std::vector<float> in(8, 1.0f + rank), out(16, -1.0f);
-    MP_CHECK_THROWS(peerlink::all_gather(comm, in.data(), out.data(), 8, DataType::F32), peerlink::InvalidArgument,
-                    "no LL128 lines");
-    MP_CHECK_MSG(out == std::vector<float>(16, -1.0f), "all_gather wrote its output");
+    Communicator big(uid, rank, 2, peerlink::kHostDevice, opts("ll128"));
+    const size_t n = 8192;  // 32 KB pieces: past the host's 16 KB LL128 area
+    std::vector<float> in(n, 1.0f + rank), out(2 * n, -1.0f);
+    MP_CHECK_THROWS(peerlink::all_gather(big, in.data(), out.data(), n, DataType::F32), peerlink::InvalidArgument,
+                    "exceeds the LL128 area's 16384 bytes");
+    MP_CHECK_MSG(out == std::vector<float>(2 * n, -1.0f), "all_gather wrote its output");
     std::vector<size_t> cnt(2, 4), dsp = {0, 4};
-    peerlink::all_to_all_v(comm, in.data(), cnt.data(), dsp.data(), out.data(), cnt.data(), dsp.data(), DataType::F32);
+    peerlink::all_to_all_v(big, in.data(), cnt.data(), dsp.data(), out.data(), cnt.data(), dsp.data(), DataType::F32);
     MP_CHECK_MSG(out[0] == 1.0f && out[4] == 2.0f, "all_to_all_v: " << out[0] << " " << out[4]);
+    Options o = opts("ll128");
+    o.allreduce_ll128_max = 0;
+    Communicator off(uid + "-off", rank, 2, peerlink::kHostDevice, o);
+    MP_CHECK_THROWS(peerlink::all_gather(off, in.data(), out.data(), 4, DataType::F32), peerlink::InvalidArgument,
+                    "no LL128 lines");
+    off.barrier();  // the peer may still be mapping this rank's scratch (set up by the failed call)
   });
   EXPECT_EQ(fail, "");
 }
-
 }  // namespace

@@ -31,11 +31,14 @@ SetupExpect host_expect(int world = 2) {
   e.cap = 1 << 20;
   // The host backend has a small LL area too (coll_state.cpp: the other collectives' LL path).
   e.ll_cap = 2 * std::min(coll::round_up(Options{}.allreduce_ll_max, 16), coll::kHostLlMax);
+  // And a small LL128 area (coll_state.cpp).
+  e.ll128_cap = coll::ll128_lines(std::min(Options{}.allreduce_ll128_max, coll::kHostLl128Max)) * coll::kLl128Line;
   e.flag_bytes = sizeof(coll::FlagArea);
   coll::DataLayout L;
   L.world = world;
   L.cap = e.cap;
   L.ll_cap = e.ll_cap;
+  L.ll128_cap = e.ll128_cap;
   e.data_bytes = L.total();
   return e;
 }
@@ -47,6 +50,8 @@ SetupRecord valid_record(int rank, const SetupExpect& e) {
   r.host = e.host ? 1 : 0;
   r.cap = e.cap;
   r.ll_cap = e.ll_cap;
+  r.ll128_cap = e.ll128_cap;
+  r.ll128_links = 1;
   r.flags.kind = e.host ? gpu::HandleKind::HostShm : gpu::HandleKind::DeviceIpc;
   r.flags.alloc_bytes = e.flag_bytes;
   r.data.kind = r.flags.kind;
@@ -85,11 +90,11 @@ std::vector<Corruption> corruptions() {
       {"flags kind", [](SetupRecord& r) { r.flags.kind = gpu::HandleKind::DeviceIpc; }, "flags handle has kind 2"},
       {"data kind", [](SetupRecord& r) { r.data.kind = gpu::HandleKind::None; }, "data handle has kind 0"},
       {"flags empty", [](SetupRecord& r) { r.flags.alloc_bytes = 0; }, "claims 0 bytes"},
-      {"data past end", [](SetupRecord& r) { r.data_off = r.data.alloc_bytes - 16; }, "does not fit"},
-      {"data offset wraps", [](SetupRecord& r) { r.data_off = UINT64_MAX - 15; }, "does not fit"},
+      {"data past end", [](SetupRecord& r) { r.data_off = r.data.alloc_bytes - 128; }, "does not fit"},
+      {"data offset wraps", [](SetupRecord& r) { r.data_off = UINT64_MAX - 127; }, "does not fit"},
       {"flags offset past alloc", [](SetupRecord& r) { r.flags_off = r.flags.alloc_bytes + 8; }, "does not fit"},
       {"flags misaligned", [](SetupRecord& r) { r.flags_off = 4; }, "multiple of 8"},
-      {"data misaligned", [](SetupRecord& r) { r.data_off = 4104; }, "multiple of 16"},
+      {"data misaligned", [](SetupRecord& r) { r.data_off = 4104; }, "multiple of 128"},
   };
 }
 
