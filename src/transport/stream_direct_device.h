@@ -24,8 +24,8 @@
 // message's chunks are never staged; the receiver hands their slots back (raw_slot_consumed = g + 1,
 // as if they had been copied out) so that later chunks get their credit; a slot only once the last
 // chunk staged there before the message was handed back by whichever block owned it (else the
-// sender could restage the slot while that block still reads it: recv_direct). The launch's last
-// chunk is handed back by the next launch, as for staged chunks (stream_raw_device.h).
+// sender could restage the slot while that block still reads it: recv_direct). The launch's late
+// chunks are handed back by the next launch, as for staged chunks (stream_raw_device.h).
 // Ring reuse: post d + kDirectRing is written only after message d completed on the receiver (a
 // zero-copy one needs every sender block's arrival; a staged one needs its chunks, so every sender
 // block with a chunk of it has read the post), and a launch holds fewer messages than the ring
@@ -166,12 +166,13 @@ __device__ int choose_ipc(const Ctx& x, const DevOp& op, uint64_t d, bool has_ch
 }
 
 // Receiver, block 0 (all threads): zero-copy message d whose chunks are [gs, gs + n) of the pair and
-// g_last the launch's last chunk. Waits for the bytes (direct_done >= d, acquired: this stream's
-// next kernels see them), then hands the message's chunk numbers back but g_last (the next launch
-// does): per slot only its latest chunk of the message, one thread per slot, each once the slot's
-// last occupant before the message was handed back by whichever block owned it (acquired, so that
-// block's reads of the slot happen before the sender's next writes into it). False on failure.
-__device__ bool recv_direct(const Ctx& x, uint64_t d, uint64_t gs, uint64_t n, uint64_t g_last, uint64_t slots) {
+// chunks from `defer` on handed back by the next launch (late_from, stream_raw_device.h). Waits for
+// the bytes (direct_done >= d, acquired: this stream's next kernels see them), then hands the
+// message's other chunk numbers back: per slot only its latest chunk of the message, one thread per
+// slot, each once the slot's last occupant before the message was handed back by whichever block
+// owned it (acquired, so that block's reads of the slot happen before the sender's next writes into
+// it). False on failure.
+__device__ bool recv_direct(const Ctx& x, uint64_t d, uint64_t gs, uint64_t n, uint64_t defer, uint64_t slots) {
   __shared__ int s_ok;
   if (threadIdx.x == 0) s_ok = wait_ge_acquire(x, &x.c->mine->direct_done.v, d);
   __syncthreads();
@@ -180,7 +181,7 @@ __device__ bool recv_direct(const Ctx& x, uint64_t d, uint64_t gs, uint64_t n, u
   const uint64_t span = n < slots ? n : slots;  // the last `span` chunks sit in distinct slots
   for (uint64_t j = threadIdx.x; j < span && ok; j += blockDim.x) {
     const uint64_t g = gs + n - 1 - j;
-    if (g == g_last) continue;
+    if (g >= defer) continue;  // the next launch hands it back
     uint64_t* f = &x.c->remote->raw_slot_consumed[mod_pow2(g, slots)].v;
     const uint64_t back = ((g - gs) / slots + 1) * slots;  // to the slot's last chunk before gs
     if (g >= back) ok = wait_ge_acquire(x, f, g - back + 1);

@@ -119,6 +119,7 @@ struct PairSection {
   Line pub_recvd;     // published-form recvs issued from q
   Line raw_sent_msgs, raw_sent_chunks;   // NCCL-form messages/chunks issued to q
   Line raw_recvd_msgs, raw_recvd_chunks; // NCCL-form messages/chunks issued from q
+  Line raw_recvd_deferred;               // GPU: the first chunk whose slot the last launch left to the next (stream_raw_device.h)
   Line error;         // GPU: first device-side failure on this pair (see stream_kernels.cu)
   // GPU: the blocks of one channel (stream_kernels.cu). exit[kind] counts the channel's blocks that
   // finished the current launch (the last one writes the channel's counters above, then resets it
@@ -187,6 +188,14 @@ PL_STREAM_HD constexpr bool is_ll(uint64_t len, uint64_t ll_max) { return ll_max
 constexpr uint64_t kHalfChunkMax = uint64_t(4) << 20;
 PL_STREAM_HD constexpr uint64_t raw_piece(uint64_t len, uint64_t chunk, uint64_t ll_max) {
   return is_ll(len, ll_max) ? kLLPiece : len <= kHalfChunkMax ? chunk / 2 : chunk;
+}
+// The first chunk of an NCCL-form receiving launch (chunks [g0, g_last], run of them) whose slot it
+// hands back only at the start of the channel's next launch (stream_raw_device.h, recv_raw): the
+// chunks whose slot the sender needs neither in this launch nor in a next launch of the same run
+// (g + slots > g_last + run), and always g_last itself. So a late slot is never reused within its
+// launch, and there are at most `slots` of them (tests/unit/stream_late_slots_test.cpp).
+PL_STREAM_HD constexpr uint64_t late_from(uint64_t g0, uint64_t g_last, uint64_t run, uint64_t slots) {
+  return g_last + 1 + run <= slots + g0 ? g0 : g_last + 1 + run - slots < g_last ? g_last + 1 + run - slots : g_last;
 }
 // An NCCL-form message that the pair's two sides handle as a zero-copy candidate (the receiver posts
 // an address, or 0; the sender waits for the post): both compute it from the length alone, on a

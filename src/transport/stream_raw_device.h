@@ -123,22 +123,31 @@ __device__ void recv_raw(const Ctx& x) {
   __shared__ uint32_t s_hdr[4];
   const uint64_t msg0 = load_volatile(&c.mine->raw_recvd_msgs.v);
   const uint64_t g0 = load_volatile(&c.mine->raw_recvd_chunks.v);
-  // A launch hands the slot of its last chunk back only here, at the start of the channel's next
-  // launch, by block 0's last thread (no stores of its own to wait for, no flag to poll): the
-  // release store (a system-scope fence) at the end of every launch lay on the path to the kernel's
-  // completion, and so to the next kernel of the stream. One-GPU stand-in, NCCL form, graph, A/B:
-  // 8 B ping-pong one-way 3.55/3.57 -> 3.23/3.32 us, sendrecv 3.67/3.70 -> 3.49/3.51 us, 4 KB
-  // -0.25 us; but 256 KB (32 LL pieces) +0.18 us and 2 MB +0.1-0.2 us, cause not found (results,
-  // session 7 call 11). Safe: the sender needs slot (g0 - 1) % slots back only for chunk
-  // g0 - 1 + slots, which belongs to a later message whose recv (this launch or a later one) runs
-  // this release first; the reads and zeroing of that slot ended with the previous kernel. Later
-  // releases of the same slot in this launch follow chunks the sender could only stage after seeing
-  // this one, so the flag never goes back.
-  if (x.blk == 0 && threadIdx.x == blockDim.x - 1 && g0 > 0)
-    store_release_system(&c.remote->raw_slot_consumed[mod_pow2(g0 - 1, slots)].v, g0);
+  // Slots handed back late. A release store (a system-scope fence) made as a block's last act lies
+  // on the path to the kernel's completion, and so to the next kernel of the stream; the sender
+  // needs slot g back only for chunk g + slots. So a launch hands back at once only the chunks whose
+  // slot the sender may need during it or its next launch of the same length (run); the others,
+  // chunks [defer, g_last] (always g_last itself), are handed back here, at the start of the
+  // channel's next launch, by block 0's last threads (no stores of their own to wait for; thread 0
+  // polls). 2x H100, nccl-tests sendrecv_perf -g 2 -G 100 (session 18 call 1, only g_last late /
+  // every chunk whose slot is not reused in the launch late): 16 KB 6.95 / 5.65 us, 32 KB 7.30 /
+  // 5.76, 128 KB 8.09 / 6.36, 256 KB 8.72 / 6.98, 1 MB 12.79 / 10.56 (NCCL 7.49, 7.68, 8.08,
+  // 9.48, 15.19); but 512 KB (64 LL pieces: the next message reuses every slot) 10.34 / 11.89, which
+  // the run rule keeps at the first. Safe: a deferred chunk's slot is next used by a later launch's
+  // chunk, whose recv runs this first; the reads and zeroing of the slot ended with the previous
+  // kernel; and each slot appears once in [defer, g_last] (at most `slots` chunks) with its newest
+  // chunk, so no flag goes back. (g_last alone, late since session 7: one-GPU stand-in, 8 B
+  // ping-pong one way -0.3 us.)
+  if (x.blk == 0 && g0 > 0) {
+    const uint64_t j = uint64_t(blockDim.x - 1 - threadIdx.x);
+    // j = 0 (chunk g0 - 1, always late) without waiting for the load of the range's start.
+    if (j == 0 || (j < slots && j < g0 && g0 - 1 - j >= load_volatile(&c.mine->raw_recvd_deferred.v)))
+      store_release_system(&c.remote->raw_slot_consumed[mod_pow2(g0 - 1 - j, slots)].v, g0 - j);
+  }
   uint64_t run = 0;  // chunks of this launch
   for (int i = 0; i < c.nops; ++i) run += chunks_of(x.ops[c.first_op + i].len, chunk, x.L->ll_max);
   const uint64_t g_last = g0 + run - 1;
+  const uint64_t defer = late_from(g0, g_last, run, slots);
   const uint64_t d0 = c.direct ? load_volatile(&c.mine->direct_recvd.v) : 0;
   uint64_t t0 = 0;
   uint64_t nd = 0;  // zero-copy candidates so far
@@ -164,7 +173,7 @@ __device__ void recv_raw(const Ctx& x) {
         if (x.blk == 0 && threadIdx.x == poster) post_direct(x, d, reinterpret_cast<uint64_t>(zc ? op.dst : nullptr));
       }
       if (zc) {
-        if (x.blk == 0 && !recv_direct(x, d, g0 + t0, n, g_last, slots)) {
+        if (x.blk == 0 && !recv_direct(x, d, g0 + t0, n, defer, slots)) {
           failed = true;
           break;
         }
@@ -223,8 +232,8 @@ __device__ void recv_raw(const Ctx& x) {
         if (op.len) part_copy(op.dst + off, stage, len, true, 0, 1);
         __syncthreads();
       }
-      // Our reads first. The launch's last chunk is released by the next launch (see above).
-      if (threadIdx.x == 0 && g != g_last) store_release_system(&c.remote->raw_slot_consumed[slot].v, g + 1);
+      // Our reads first. Chunks from `defer` on are released by the next launch (see above).
+      if (threadIdx.x == 0 && g < defer) store_release_system(&c.remote->raw_slot_consumed[slot].v, g + 1);
     }
     t0 += n;
   }
@@ -233,6 +242,7 @@ __device__ void recv_raw(const Ctx& x) {
     if (failed) return;
     c.mine->raw_recvd_msgs.v = msg0 + c.nops;
     c.mine->raw_recvd_chunks.v = g0 + total;
+    c.mine->raw_recvd_deferred.v = defer;
     if (c.direct) c.mine->direct_recvd.v = d0 + nd;
   });
 }
