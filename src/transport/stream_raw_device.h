@@ -132,7 +132,7 @@ __device__ void recv_raw(const Ctx& x) {
   // polls). 2x H100, nccl-tests sendrecv_perf -g 2 -G 100 (session 18 call 1, only g_last late /
   // every chunk whose slot is not reused in the launch late): 16 KB 6.95 / 5.65 us, 32 KB 7.30 /
   // 5.76, 128 KB 8.09 / 6.36, 256 KB 8.72 / 6.98, 1 MB 12.79 / 10.56 (NCCL 7.49, 7.68, 8.08,
-  // 9.48, 15.19); but 512 KB (64 LL pieces: the next message reuses every slot) 10.34 / 11.89, which
+  // 9.48, 15.31); but 512 KB (64 LL pieces: the next message reuses every slot) 10.34 / 11.89, which
   // the run rule keeps at the first. Safe: a deferred chunk's slot is next used by a later launch's
   // chunk, whose recv runs this first; the reads and zeroing of the slot ended with the previous
   // kernel; and each slot appears once in [defer, g_last] (at most `slots` chunks) with its newest
