@@ -194,7 +194,8 @@ struct Options {
   // in [32, 512]); 0 = by the launch's largest message (stream_launch.h: stream_threads_for).
   int stream_threads = 0;
   // GPU messages up to this many bytes travel as LL lines (flag in every 16-byte line: no fence, no
-  // ready flag), split over several blocks (one per 8 KB); 0 = never (PEERLINK_STREAM_LL_MAX,
+  // ready flag), split over several blocks (one per 4 KB above 8 KB; NCCL form: one per 8 KB above
+  // 128 KB); 0 = never (PEERLINK_STREAM_LL_MAX,
   // [0, 512 KB], rounded up to 8). Every rank must agree (the area layout follows it; its
   // published-form LL ring takes 16 * (ll_max / 8 + 2) bytes x 8 slots per peer: 8 MB at 512 KB).
   // 2x H200 (2026-11-23, scripts/gpu_stream_sweep.sh, published one-way in a graph): 5.62 us at

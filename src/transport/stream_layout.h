@@ -164,7 +164,7 @@ struct PairSection {
 //   0 just before it posts k + 1: every block of the recv reads the header, so only the next post,
 //   after the launch or in the same one-block launch, may clear it), so the sender of k may use slot
 //   k % kLLSlots once pub_posted >= k + 1 - kLLSlots.
-//   NCCL form: a message of len <= ll_max is ceil(len / kLLPiece) chunks (one when empty), chunk g
+//   NCCL form: a message of len <= ll_max is ceil(len / ll_piece(len)) chunks (one when empty), chunk g
 //   sent as LL lines (header {msg low, msg len, msg high, piece index}) into the LL area of its
 //   staging slot g % slots instead of staged data plus a flag; same per-slot credit; the receiving
 //   block zeroes the header itself (one block reads a piece). An LL area only ever holds LL lines or
@@ -186,8 +186,18 @@ PL_STREAM_HD constexpr bool is_ll(uint64_t len, uint64_t ll_max) { return ll_max
 // (NCCL in call 3: 11.1, 15.5, 19.9, 28.4, 46.0).
 // On 2x H200 64 KB slots (session 12 calls 7-8) lost from 8 MB on (36.0 against 32.4 us).
 constexpr uint64_t kHalfChunkMax = uint64_t(4) << 20;
+// LL pieces of 4 KB (one line per thread of 512, so twice the blocks) for messages above 8 KB up
+// to 128 KB (at most 32 pieces: all handed back late, late_from); 8 KB pieces above, where 4 KB
+// ones would fill the 64 slots (256 KB: 64 pieces). nccl-tests sendrecv_perf -g 2 -G 100, 2x H100,
+// out of place, 8 KB / 4 KB pieces (with recv_raw's load beside g0), two rounds each (session 19
+// call 3): 16 KB 5.75 / 5.38-5.40 us, 64 KB 5.88-5.90 / 5.40-5.41, 128 KB 6.32 / 5.54 (NCCL best
+// 8.03); one way (bench_transport, between processes) 128 KB 6.30-6.34 / 5.12-5.14.
+constexpr uint64_t kLLSmallPiece = 4 << 10, kLLSmallPieceMax = 128 << 10;
+PL_STREAM_HD constexpr uint64_t ll_piece(uint64_t len) {
+  return len > kLLPiece && len <= kLLSmallPieceMax ? kLLSmallPiece : kLLPiece;
+}
 PL_STREAM_HD constexpr uint64_t raw_piece(uint64_t len, uint64_t chunk, uint64_t ll_max) {
-  return is_ll(len, ll_max) ? kLLPiece : len <= kHalfChunkMax ? chunk / 2 : chunk;
+  return is_ll(len, ll_max) ? ll_piece(len) : len <= kHalfChunkMax ? chunk / 2 : chunk;
 }
 // The first chunk of an NCCL-form receiving launch (chunks [g0, g_last], run of them) whose slot it
 // hands back only at the start of the channel's next launch (stream_raw_device.h, recv_raw): the

@@ -22,7 +22,7 @@
 //                   (GPUs: the same with one ready / consumed flag per slot, raw_slot_ready[g % slots]
 //                   = g + 1, because several blocks move different chunks at once: stream_raw_device.h.
 //                   A length mismatch stops the pair there instead of draining. A message of at most
-//                   Options::stream_ll_max bytes is chunks of stream::kLLPiece bytes sent as LL lines
+//                   Options::stream_ll_max bytes is chunks of stream::ll_piece(len) bytes sent as LL lines
 //                   into their slots' LL areas: no fence, no ready flag; the receiver waits for the
 //                   flag or the lines, whichever. Between two ranks of one process, a message of at
 //                   least Options::stream_direct_min bytes goes zero-copy when the recv buffer is

@@ -79,8 +79,8 @@ __device__ void send_raw(const Ctx& x) {
       }
       if (ll) {
         // Piece j, as LL lines into the slot's LL area (stream_layout.h): no fence, no flag.
-        const uint64_t m = msg0 + i + 1, off = j * kLLPiece;
-        const uint64_t plen = op.len - off < kLLPiece ? op.len - off : kLLPiece;
+        const uint64_t lp = ll_piece(op.len), m = msg0 + i + 1, off = j * lp;
+        const uint64_t plen = op.len - off < lp ? op.len - off : lp;
         const uint32_t h[4] = {uint32_t(m), uint32_t(op.len), uint32_t(m >> 32), uint32_t(j)};
         ll_write(raw_ll(c.remote, slot), op.src + off, plen, ll_flag(g + 1), h, true, 0, ll_lines(plen));
         __syncthreads();  // s_go is read by every thread before thread 0 rewrites it
@@ -123,6 +123,14 @@ __device__ void recv_raw(const Ctx& x) {
   __shared__ uint32_t s_hdr[4];
   const uint64_t msg0 = load_volatile(&c.mine->raw_recvd_msgs.v);
   const uint64_t g0 = load_volatile(&c.mine->raw_recvd_chunks.v);
+  // Block 0's last threads load the late range's start beside g0 (issued before g0 is used), and
+  // the warp hands chunk g0 - 1 and the others back in one branch. nccl-tests sendrecv_perf -g 2
+  // -G 100, 2x H100, 4 KB LL pieces, loaded after g0 / beside g0 (session 19 call 3, same
+  // machine): 4 KB 4.79-4.83 / 4.68-4.74 us, 16 KB 5.46-5.49 / 5.38-5.40. Beside g0 but j = 0 in a
+  // branch of its own (call 2, another machine): 4 KB 4.55-4.63, but 16 KB 6.83-6.91, as if
+  // nothing were late: keep one branch.
+  const uint64_t late_j = uint64_t(blockDim.x - 1 - threadIdx.x);
+  const uint64_t from = x.blk == 0 && late_j >= 1 && late_j < slots ? load_volatile(&c.mine->raw_recvd_deferred.v) : 0;
   // Slots handed back late. A release store (a system-scope fence) made as a block's last act lies
   // on the path to the kernel's completion, and so to the next kernel of the stream; the sender
   // needs slot g back only for chunk g + slots. So a launch hands back at once only the chunks whose
@@ -139,9 +147,8 @@ __device__ void recv_raw(const Ctx& x) {
   // chunk, so no flag goes back. (g_last alone, late since session 7: one-GPU stand-in, 8 B
   // ping-pong one way -0.3 us.)
   if (x.blk == 0 && g0 > 0) {
-    const uint64_t j = uint64_t(blockDim.x - 1 - threadIdx.x);
-    // j = 0 (chunk g0 - 1, always late) without waiting for the load of the range's start.
-    if (j == 0 || (j < slots && j < g0 && g0 - 1 - j >= load_volatile(&c.mine->raw_recvd_deferred.v)))
+    const uint64_t j = late_j;  // j = 0: chunk g0 - 1, always late
+    if (j == 0 || (j < slots && j < g0 && g0 - 1 - j >= from))
       store_release_system(&c.remote->raw_slot_consumed[mod_pow2(g0 - 1 - j, slots)].v, g0 - j);
   }
   uint64_t run = 0;  // chunks of this launch

@@ -99,10 +99,14 @@ TEST(StreamKnobsConfig, BadValuesNamed) {
 }
 
 // The NCCL-form chunking both sides derive from a message's length (stream_layout.h raw_piece):
-// LL pieces up to ll_max, half slots up to kHalfChunkMax, whole slots above.
+// LL pieces (4 KB for 8-128 KB, else 8 KB) up to ll_max, half slots up to kHalfChunkMax, whole slots above.
 TEST(StreamKnobsConfig, RawPieceByLength) {
   const uint64_t slot = 128 << 10, ll = 256 << 10;
   EXPECT_EQ(stream::raw_piece(1, slot, ll), stream::kLLPiece);
+  EXPECT_EQ(stream::raw_piece(stream::kLLPiece, slot, ll), stream::kLLPiece);  // one piece up to 8 KB
+  EXPECT_EQ(stream::raw_piece(stream::kLLPiece + 1, slot, ll), stream::kLLSmallPiece);
+  EXPECT_EQ(stream::raw_piece(stream::kLLSmallPieceMax, slot, ll), stream::kLLSmallPiece);
+  EXPECT_EQ(stream::raw_piece(stream::kLLSmallPieceMax + 1, slot, ll), stream::kLLPiece);
   EXPECT_EQ(stream::raw_piece(ll, slot, ll), stream::kLLPiece);
   EXPECT_EQ(stream::raw_piece(ll + 1, slot, ll), slot / 2);
   EXPECT_EQ(stream::raw_piece(stream::kHalfChunkMax, slot, ll), slot / 2);
