@@ -59,10 +59,11 @@ PL_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, s
 #endif
   }
   if (comm->route == Route::Peerlink && !comm->p2p_forward) {  // the p2p plan
-    say(comm, what, in_place ? "peerlink send/recv (in place: the sends read a staged copy)" : "peerlink send/recv");
-    // In place, the group end copies the whole send range to the communicator's stage first and
-    // the sends read it through `src` (group.cpp stage_overlapping_sends), so no block lands
-    // before it was sent; the own block then stays where it is.
+    say(comm, what, in_place ? "peerlink send/recv (in place)" : "peerlink send/recv");
+    // In place, no block may land before it was sent: on a GPU with sendbuff == recvbuff the stream
+    // engine orders each exchanged pair of blocks itself; otherwise the group end copies the whole
+    // send range to the communicator's stage first and the sends read it through `src` (group.cpp
+    // stage_overlapping_sends). The own block then stays where it is.
     auto src = std::make_shared<const void*>(sendbuff);
     Op o = peerlink_op(comm, what, OpKind::P2p, stream, [=] {
       const char* in = static_cast<const char*>(*src);

@@ -13,8 +13,10 @@
 //                        the same p2p plan serves broadcast/all-gather/all-to-all when switched off, and
 //                        all-gather / all-to-all blocks of Options::nccl_p2p_plan_min bytes and more
 //                        (the own block is a send to self: the group's kernel copies it)
-//   in-place AlltoAll    the p2p plan reading a staged copy of the send range (peerlink's all_to_all
-//                        is not in place, as NCCL's documents it; nccl-tests still runs it)
+//   in-place AlltoAll    the p2p plan; each pair of blocks ordered by the stream engine when
+//                        sendbuff == recvbuff on a GPU, else reading a staged copy of the send range
+//                        (peerlink's all_to_all is not in place, as NCCL's documents it; nccl-tests
+//                        still runs it)
 //   any p2p, p2p plan    forwarded when a pair of the communicator has no stream-ordered path
 //                        (relay: p2p_forward, set at creation by warm_p2p)
 // Forwarded = the real NCCL on a real communicator created lazily (real_comm): never silently wrong.
@@ -73,6 +75,7 @@ PL_NCCL_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_
   Op o = peerlink_op(comm, what, OpKind::P2p, stream, [=] { p2p_recv(comm, peer, recvbuff, bytes, stream); });
   o.recv_dst = static_cast<char*>(recvbuff);
   o.recv_bytes = bytes;
+  o.stream = stream;
   return submit(std::move(o));
 }
 

@@ -116,17 +116,39 @@ bool overlaps(const char* a, size_t an, const char* b, size_t bn) { return an &&
 // A send whose source overlaps a receive destination of the batch reads a staged copy instead
 // (ncclComm::stage): peerlink's group moves both at once, so the receive could otherwise land
 // before the send read those bytes. The copies run on each send's stream ahead of the group.
+// Except on a GPU, where the stream engine orders an exact pair itself (a send reading exactly the
+// bytes that one receive of the same stream writes, nothing else overlapping either: nccl-tests
+// sendrecv and alltoall in place): each received chunk waits until the send read it
+// (transport/stream_gate.h), up to kGateCap chunks per peer and launch, 1 GB of 128 KB chunks; up
+// to kEngineOrderedBytes per group here. nccl-tests sendrecv_perf -g 2 -G 100 in place, 2x H100:
+// see benchmarks/results/2026-11-28-h100x2.md (session 19).
+constexpr size_t kEngineOrderedBytes = size_t(512) << 20;
+bool exact_pair(const Op* s, const Op* r) {
+  return s->send_src == r->recv_dst && s->send_bytes == r->recv_bytes && s->stream == r->stream;
+}
 void stage_overlapping_sends(ncclComm* comm, std::vector<Op*>& ops) {
-  size_t need = 0;
+  size_t need = 0, ordered = 0;
   std::vector<Op*> staged;
   for (Op* s : ops) {
     if (!s->send_bytes) continue;
+    int hits = 0;
+    const Op* hit = nullptr;
     for (Op* r : ops)
       if (overlaps(s->send_src, s->send_bytes, r->recv_dst, r->recv_bytes)) {
-        staged.push_back(s);
-        need += (s->send_bytes + 255) / 256 * 256;
-        break;
+        ++hits;
+        hit = r;
       }
+    if (!hits) continue;
+    if (comm->device >= 0 && hits == 1 && exact_pair(s, hit) && ordered + s->send_bytes <= kEngineOrderedBytes) {
+      int senders = 0;  // the receive must be overlapped by this send alone
+      for (Op* o : ops) senders += o->send_bytes && overlaps(o->send_src, o->send_bytes, hit->recv_dst, hit->recv_bytes);
+      if (senders == 1) {
+        ordered += s->send_bytes;
+        continue;
+      }
+    }
+    staged.push_back(s);
+    need += (s->send_bytes + 255) / 256 * 256;
   }
   if (staged.empty()) return;
   if (need > comm->stage_bytes) {

@@ -74,14 +74,15 @@ __device__ int wait_direct_post(const Ctx& x, uint64_t d, uint64_t* addr) {
 }
 
 // Sender, every block: share blk of message op into the receiver's buffer at `dst`; the last block
-// to finish publishes direct_done = d.
-__device__ void send_direct(const Ctx& x, const DevOp& op, char* dst, uint64_t d) {
+// to finish publishes direct_done = d and returns true (thread 0).
+__device__ bool send_direct(const Ctx& x, const DevOp& op, char* dst, uint64_t d) {
   part_copy(dst, op.src, op.len, false, x.blk, x.nb);
   __syncthreads();
-  if (threadIdx.x != 0) return;
+  if (threadIdx.x != 0) return false;
   // Message d + kDirectRing is posted only after the receiver saw direct_done = d.
-  if (last_to_arrive(x, &x.c->mine->direct_arrive[d % kDirectRing]))
-    store_release_system(&x.c->remote->direct_done.v, d);
+  if (!last_to_arrive(x, &x.c->mine->direct_arrive[d % kDirectRing])) return false;
+  store_release_system(&x.c->remote->direct_done.v, d);
+  return true;
 }
 
 // Block 0, thread 0 of a launch that carries binds (before anything else): enters them in this rank's

@@ -10,6 +10,7 @@
 #include "gpu/runtime.h"
 #include "peerlink/errors.h"
 #include "transport/services.h"
+#include "transport/stream_gate.h"
 #include "transport/stream_launch.h"
 #include "transport/stream_p2p.h"
 #include "transport/stream_zc.h"
@@ -157,7 +158,10 @@ void StreamEngine::assign_blocks(StreamLaunch& L) const {
   }
   int total = 0;
   for (int w : want) total += w;
-  const int budget = std::max(grid_cap_, L.nch);
+  // Ranks of one process on one GPU (devices 0,0 in the tests) share it: with the whole device per
+  // launch, StreamGpuInPlace.OneProcess (staged grids of up to 96 + 48 blocks on each rank) waited
+  // out its timeout on 2x H100 (session 19 call 4), with half of it each it passed (call 5).
+  const int budget = std::max(grid_cap_ / gpu_sharers_, L.nch);
   while (total > budget) {
     auto it = std::max_element(want.begin(), want.end());
     --*it;
@@ -244,6 +248,7 @@ void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
         if (op.hold) holds[s].push_back(op.hold);
       }
     }
+    gate_in_place(L, chunk_, ll_max_);  // before assign_blocks: a gated recv is staged
     assign_blocks(L);
   }
   // Finished launches let go of their mappings; never while capturing (no event queries inside a

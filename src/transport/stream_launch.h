@@ -80,7 +80,7 @@ struct DevOp {
   uint64_t len;
   uint64_t offset;
   uint32_t buf_id;
-  uint32_t flags;  // RecvRaw: kOpDirectOk / kOpDirectIpc
+  uint32_t flags;  // RecvRaw: kOpDirectOk / kOpDirectIpc / kOpGated; SendRaw: kOpGated
 };
 // RecvRaw of a zero-copy candidate (is_direct) whose buffer the peer's GPU can write: the kernel
 // posts its address (else 0, and the message is staged).
@@ -89,6 +89,11 @@ constexpr uint32_t kOpDirectOk = 1;
 // it under zero-copy slot buf_id (stream_zc.h), at `offset` into that allocation: the kernel posts
 // ipc_post(buf_id, offset) once the peer acknowledged the slot (PairSection::zc_ack), else 0.
 constexpr uint32_t kOpDirectIpc = 2;
+// An NCCL-form pair of one launch in place (stream_gate.cpp): the RecvRaw writes exactly the bytes
+// the SendRaw reads. The recv is staged (never zero-copy) and its gates are mine->gate[buf_id + j];
+// the send's `dst` points at those gates (uint32_t), one per chunk, each opened once the chunk was
+// read (stream_raw_device.h).
+constexpr uint32_t kOpGated = 4;
 
 // Between processes (stream_zc.h): where the receive allocation a peer exported under a zero-copy
 // slot lies in this process, in this rank's private table [peer][kZcSlots] (device memory only

@@ -98,6 +98,10 @@ struct ChunkHdr {
   uint64_t chunk_len;
 };
 
+// Chunks of in-place recvs from one peer that one launch can order (PairSection::gate): with
+// 128 KB chunks, 1 GB.
+constexpr uint32_t kGateCap = 8192;
+
 struct PairSection {
   // Written by the peer q (remote stores into this rank's area).
   Line pub_posted;    // q posted its pub_posted-th published-form recv from this rank
@@ -143,6 +147,10 @@ struct PairSection {
   // Own: block 0's choice for zero-copy candidate d between processes, read by the channel's other
   // blocks (2d + 1 zero-copy, 2d staged).
   uint64_t direct_choice[kDirectRing];
+  // Own, GPU NCCL form in place (a recv from q into the very bytes that a send of the same launch
+  // reads; host side: stream_gate.cpp): gate[base + j] = 1 once the send's block read chunk j; the
+  // recv's block of chunk j waits for it before it writes a byte there, then sets it back to 0.
+  uint32_t gate[kGateCap];
 };
 
 // GPU LL lines (messages of at most Options::stream_ll_max bytes, "ll_max"; both sides agree: it is in

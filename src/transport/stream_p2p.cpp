@@ -193,6 +193,7 @@ void StreamEngine::bind_peer(int peer) {
   bool in_process = false;
   base = comm_.map_published(peer, kAreaBufId, 1, 0, area_len_, "stream setup", &hold, &in_process);
   in_process_[peer] = in_process ? 1 : 0;
+  if (in_process && !host_ && gpu::pointer_device(base) == comm_.device()) ++gpu_sharers_;
   remote_[peer] = section(base, rank_, sec_bytes_);
   remote_hold_[peer] = std::move(hold);
 }

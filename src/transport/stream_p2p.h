@@ -174,6 +174,10 @@ class StreamEngine {
   size_t direct_min_ = 0;      // Options::stream_direct_min (GPU; 0 on the host backend)
   size_t direct_ipc_min_ = 0;  // Options::stream_direct_ipc_min (GPU; 0 on the host backend)
   std::vector<char> in_process_;  // [q]: q is a rank of this process (its area mapped by pointer)
+  // Ranks of this process on this rank's GPU (this one included): their launches must all be
+  // resident at once (a process does not time-slice its own kernels), so each gets a share of the
+  // multiprocessors (assign_blocks).
+  int gpu_sharers_ = 1;
   std::unique_ptr<StreamZeroCopy> zc_;  // NCCL-form zero-copy between processes (GPU, stream_direct_ipc_min > 0)
   std::vector<gpu::StreamOwner> ce_lanes_;  // side streams of the copy-engine path (lanes - 1)
   std::vector<gpu::EventOwner> ce_events_;  // [0] fork, [1 + l] join of side lane l

@@ -20,6 +20,26 @@ __device__ __forceinline__ uint64_t first_piece(const Ctx& x, uint64_t t0) {
   return (uint64_t(x.blk) + uint64_t(x.nb) - t0 % uint64_t(x.nb)) % uint64_t(x.nb);
 }
 
+// In place (kOpGated, stream_gate.h). The sender opens chunk j's gate after its block read the
+// chunk (thread 0, after the __syncthreads that follows the copy: every load of the block returned).
+// Relaxed on both sides, as a credit is (wait_credit): the hazard is the recv's stores against loads
+// that already returned, and the recv stores only after its load saw the gate.
+__device__ __forceinline__ void open_gate(const DevOp& op, uint64_t j) {
+  reinterpret_cast<volatile uint32_t*>(op.dst)[j] = 1;
+}
+// Thread 0 of a recv block: waits for chunk j's gate, then closes it for the next launch. False on
+// timeout or abort (recorded).
+__device__ bool pass_gate(const Ctx& x, const DevOp& op, uint64_t j) {
+  volatile uint32_t* g = &x.c->mine->gate[op.buf_id + j];
+  if (*g == 0) {
+    const uint64_t t0 = now_ns();
+    for (uint32_t n = 1; *g == 0; ++n)
+      if ((n & 127) == 0 && wait_failed(x, t0)) return false;
+  }
+  *g = 0;
+  return true;
+}
+
 // NCCL form, sender. The channel's messages are one run of chunks g0, g0 + 1, ... (a message of
 // len bytes is chunks_of(len) chunks; an empty one is one empty chunk); block b takes chunks
 // t = b, b + nb, ... of the run. Chunk g goes through slot g % slots: wait until its previous
@@ -59,7 +79,8 @@ __device__ void send_raw(const Ctx& x) {
         break;
       }
       if (dst) {  // zero-copy: no slot, no chunk flag (stream_direct_device.h)
-        send_direct(x, op, dst, d);
+        if (send_direct(x, op, dst, d) && (op.flags & kOpGated))
+          for (uint64_t j = 0; j < n; ++j) open_gate(op, j);  // the last block: every byte was read
         t0 += n;
         continue;
       }
@@ -84,6 +105,7 @@ __device__ void send_raw(const Ctx& x) {
         const uint32_t h[4] = {uint32_t(m), uint32_t(op.len), uint32_t(m >> 32), uint32_t(j)};
         ll_write(raw_ll(c.remote, slot), op.src + off, plen, ll_flag(g + 1), h, true, 0, ll_lines(plen));
         __syncthreads();  // s_go is read by every thread before thread 0 rewrites it
+        if (threadIdx.x == 0 && (op.flags & kOpGated)) open_gate(op, j);
         continue;
       }
       const uint64_t piece = raw_piece(op.len, chunk, x.L->ll_max), off = j * piece;
@@ -98,6 +120,7 @@ __device__ void send_raw(const Ctx& x) {
         h.chunk_off = off;
         h.chunk_len = op.len ? len : 0;
         store_release_system(&c.remote->raw_slot_ready[slot].v, g + 1);
+        if (op.flags & kOpGated) open_gate(op, j);
       }
     }
     t0 += n;
@@ -222,6 +245,7 @@ __device__ void recv_raw(const Ctx& x) {
             s_go = 0;
           }
         }
+        if (s_go && (op.flags & kOpGated) && !pass_gate(x, op, j)) s_go = 0;  // our send read chunk j first
       }
       __syncthreads();
       const int path = s_go;

@@ -23,29 +23,6 @@ using std::chrono::milliseconds;
 
 namespace {
 
-// Both ranks as threads of one forked child; the first failure of either thread is the result.
-std::string run_thread_ranks(const std::function<void(int)>& fn, milliseconds limit = milliseconds(240000)) {
-  return run_ranks(
-      1,
-      [&](int) {
-        std::mutex mu;
-        std::string fail;
-        std::vector<std::thread> t;
-        for (int r = 0; r < 2; ++r)
-          t.emplace_back([&, r] {
-            try {
-              fn(r);
-            } catch (const std::exception& e) {
-              std::lock_guard<std::mutex> g(mu);
-              if (fail.empty()) fail = "rank " + std::to_string(r) + ": " + e.what();
-            }
-          });
-        for (auto& th : t) th.join();
-        MP_CHECK_MSG(fail.empty(), fail);
-      },
-      limit);
-}
-
 // A device buffer of VMM memory (only its own device has access): the peer GPU cannot write it.
 struct VmmBuf {
   char* p = nullptr;

@@ -6,6 +6,10 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/gpu_gate.h"
@@ -14,6 +18,30 @@
 #include "support/mp.h"
 
 namespace pltest::stream_gpu {
+
+// Both ranks as threads of one forked child; the first failure of either thread is the result.
+inline std::string run_thread_ranks(const std::function<void(int)>& fn,
+                                    std::chrono::milliseconds limit = std::chrono::milliseconds(240000)) {
+  return run_ranks(
+      1,
+      [&](int) {
+        std::mutex mu;
+        std::string fail;
+        std::vector<std::thread> t;
+        for (int r = 0; r < 2; ++r)
+          t.emplace_back([&, r] {
+            try {
+              fn(r);
+            } catch (const std::exception& e) {
+              std::lock_guard<std::mutex> g(mu);
+              if (fail.empty()) fail = "rank " + std::to_string(r) + ": " + e.what();
+            }
+          });
+        for (auto& th : t) th.join();
+        MP_CHECK_MSG(fail.empty(), fail);
+      },
+      limit);
+}
 
 
 inline peerlink::Options opts(int timeout_ms = 30000) {
