@@ -29,7 +29,6 @@ constexpr int kThreads = kStreamThreads;
 // (8 B 3.32-3.36 / 3.02-3.05 -> 2.86-2.89 / 2.59-2.65 us); published form -0.15 / -0.2 (the
 // ll_range division at nb == 1).
 __device__ __forceinline__ uint64_t mod_pow2(uint64_t x, uint64_t m) { return x & (m - 1); }
-__device__ __forceinline__ uint64_t div_up_pow2(uint64_t x, uint64_t m) { return (x + m - 1) >> (63 - __clzll(m)); }
 
 struct Ctx {
   const StreamLaunchHeader* L;

@@ -19,7 +19,7 @@
 //   sender    every block waits for post d: address -> copies its share (part_copy over all the
 //             channel's blocks), the last block to finish (direct_arrive) release-stores
 //             direct_done = d in the receiver's area; 0 -> stages its chunks as usual.
-// Chunk numbers: a zero-copy candidate keeps its chunks_of(len) chunk numbers whichever way it
+// Chunk numbers: a zero-copy candidate keeps its raw_chunks(len) chunk numbers whichever way it
 // goes, so both sides' block/chunk arithmetic never depends on a run-time decision. A zero-copy
 // message's chunks are never staged; the receiver hands their slots back (raw_slot_consumed = g + 1,
 // as if they had been copied out) so that later chunks get their credit; a slot only once the last

@@ -9,13 +9,6 @@ namespace peerlink::stream {
 
 using detail::StreamOpKind;
 
-namespace {
-uint64_t chunks(uint64_t len, uint64_t chunk, uint64_t ll_max) {
-  const uint64_t piece = raw_piece(len, chunk, ll_max);
-  return len ? (len + piece - 1) / piece : 1;
-}
-}  // namespace
-
 int gate_in_place(StreamLaunch& L, uint64_t chunk, uint64_t ll_max) {
   int pairs = 0;
   for (int cr = 0; cr < L.nch; ++cr) {
@@ -35,7 +28,7 @@ int gate_in_place(StreamLaunch& L, uint64_t chunk, uint64_t ll_max) {
         }
       }
       if (!s) continue;
-      const uint64_t n = chunks(r.len, chunk, ll_max);
+      const uint64_t n = raw_chunks(r.len, chunk, ll_max);
       if (next + n > kGateCap)
         throw UnsupportedError(common::cat("in-place send/recv from rank ", rc.peer, " in one group: ", next + n,
                                            " chunks to order, at most ", kGateCap,

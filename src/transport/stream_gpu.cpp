@@ -139,12 +139,11 @@ void StreamEngine::assign_blocks(StreamLaunch& L) const {
       w = 0;
       for (int i = 0; i < ch.nops; ++i) {
         const DevOp& op = L.ops[ch.first_op + i];
-        const uint64_t piece = raw_piece(op.len, chunk_, ll_max_);
         // A zero-copy recv is one block's wait (stream_direct_device.h): its chunks are never staged.
         // Between processes the kernel decides; one block once a recv found its slot acknowledged
         // (from then on it always is), else as many as staging needs.
         const bool zc = (op.flags & kOpDirectOk) || ((op.flags & kOpDirectIpc) && zc_->seen(ch.peer, int(op.buf_id)));
-        w += zc ? 1 : op.len ? (op.len + piece - 1) / piece : 1;
+        w += zc ? 1 : raw_chunks(op.len, chunk_, ll_max_);
       }
       // A long run of staged chunks: fewer blocks than slots, so a block can stage its next chunk
       // in a free slot while its last one is still being copied out (with one block per slot each

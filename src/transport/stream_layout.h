@@ -207,6 +207,21 @@ PL_STREAM_HD constexpr uint64_t ll_piece(uint64_t len) {
 PL_STREAM_HD constexpr uint64_t raw_piece(uint64_t len, uint64_t chunk, uint64_t ll_max) {
   return is_ll(len, ll_max) ? ll_piece(len) : len <= kHalfChunkMax ? chunk / 2 : chunk;
 }
+// log2 of a power of two (raw_piece is one: kLLPiece, kLLSmallPiece, half or all of the engine's
+// power-of-two chunk), so kernels count chunks with a shift, not a 64-bit division.
+PL_STREAM_HD inline int log2_pow2(uint64_t m) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return 63 - __clzll(static_cast<long long>(m));
+#else
+  return 63 - __builtin_clzll(m);
+#endif
+}
+// Chunks of an NCCL-form message: pieces of raw_piece() bytes; one empty chunk when len is 0. The
+// one count that the kernels (stream_raw_device.h), block assignment (stream_gpu.cpp) and the
+// in-place gates (stream_gate.cpp) share.
+PL_STREAM_HD inline uint64_t raw_chunks(uint64_t len, uint64_t chunk, uint64_t ll_max) {
+  return len ? (len + raw_piece(len, chunk, ll_max) - 1) >> log2_pow2(raw_piece(len, chunk, ll_max)) : 1;
+}
 // The first chunk of an NCCL-form receiving launch (chunks [g0, g_last], run of them) whose slot it
 // hands back only at the start of the channel's next launch (stream_raw_device.h, recv_raw): the
 // chunks whose slot the sender needs neither in this launch nor in a next launch of the same run

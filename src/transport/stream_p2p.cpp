@@ -30,7 +30,8 @@ namespace {
 constexpr size_t kHostChunk = 8 << 10, kHostSlots = 8;
 constexpr size_t kGpuChunk = 128 << 10, kGpuSlots = 64;
 constexpr bool pow2(size_t x) { return x && (x & (x - 1)) == 0; }
-static_assert(pow2(kHostChunk) && pow2(kHostSlots) && pow2(kGpuChunk) && pow2(kGpuSlots) && pow2(kLLPiece),
+static_assert(pow2(kHostChunk) && pow2(kHostSlots) && pow2(kGpuChunk) && pow2(kGpuSlots) && pow2(kLLPiece) &&
+                  pow2(kLLSmallPiece),
               "the kernels index slots and count chunks with masks and shifts (stream_device.h)");
 
 std::mutex& setup_mutex() {

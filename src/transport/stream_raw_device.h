@@ -7,12 +7,6 @@
 namespace peerlink::stream {
 namespace {  // one translation unit includes this
 
-// Chunks of an NCCL-form message: pieces of raw_piece() bytes (stream_layout.h); one empty chunk
-// when len is 0. (Host side: StreamEngine::assign_blocks counts the same way.)
-__device__ __forceinline__ uint64_t chunks_of(uint64_t len, uint64_t chunk, uint64_t ll_max) {
-  return len ? div_up_pow2(len, raw_piece(len, chunk, ll_max)) : 1;
-}
-
 // The first chunk of a message that block x.blk takes, when the message's chunks start at t0 of the
 // channel's run (blocks take t = blk, blk + nb, ...).
 __device__ __forceinline__ uint64_t first_piece(const Ctx& x, uint64_t t0) {
@@ -41,7 +35,7 @@ __device__ bool pass_gate(const Ctx& x, const DevOp& op, uint64_t j) {
 }
 
 // NCCL form, sender. The channel's messages are one run of chunks g0, g0 + 1, ... (a message of
-// len bytes is chunks_of(len) chunks; an empty one is one empty chunk); block b takes chunks
+// len bytes is raw_chunks(len) chunks; an empty one is one empty chunk); block b takes chunks
 // t = b, b + nb, ... of the run. Chunk g goes through slot g % slots: wait until its previous
 // occupant (g - slots) was consumed, copy, write the header, release-store raw_slot_ready = g + 1.
 __device__ void send_raw(const Ctx& x) {
@@ -58,7 +52,7 @@ __device__ void send_raw(const Ctx& x) {
   for (int i = 0; i < c.nops && !failed; ++i) {
     const DevOp& op = x.ops[c.first_op + i];
     const bool ll = is_ll(op.len, x.L->ll_max);
-    const uint64_t n = chunks_of(op.len, chunk, x.L->ll_max);
+    const uint64_t n = raw_chunks(op.len, chunk, x.L->ll_max);
     if (c.direct && is_direct(op.len, direct_min_of(c.direct, x.L->direct_min, x.L->direct_ipc_min), x.L->ll_max)) {
       const uint64_t d = d0 + ++nd;
       if (threadIdx.x == 0) {
@@ -175,7 +169,7 @@ __device__ void recv_raw(const Ctx& x) {
       store_release_system(&c.remote->raw_slot_consumed[mod_pow2(g0 - 1 - j, slots)].v, g0 - j);
   }
   uint64_t run = 0;  // chunks of this launch
-  for (int i = 0; i < c.nops; ++i) run += chunks_of(x.ops[c.first_op + i].len, chunk, x.L->ll_max);
+  for (int i = 0; i < c.nops; ++i) run += raw_chunks(x.ops[c.first_op + i].len, chunk, x.L->ll_max);
   const uint64_t g_last = g0 + run - 1;
   const uint64_t defer = late_from(g0, g_last, run, slots);
   const uint64_t d0 = c.direct ? load_volatile(&c.mine->direct_recvd.v) : 0;
@@ -186,7 +180,7 @@ __device__ void recv_raw(const Ctx& x) {
     const DevOp& op = x.ops[c.first_op + i];
     const bool ll = is_ll(op.len, x.L->ll_max);
     const uint64_t piece = raw_piece(op.len, chunk, x.L->ll_max);
-    const uint64_t n = chunks_of(op.len, chunk, x.L->ll_max);
+    const uint64_t n = raw_chunks(op.len, chunk, x.L->ll_max);
     if (c.direct && is_direct(op.len, direct_min_of(c.direct, x.L->direct_min, x.L->direct_ipc_min), x.L->ll_max)) {
       const uint64_t d = d0 + ++nd;
       bool zc = (op.flags & kOpDirectOk) != 0;

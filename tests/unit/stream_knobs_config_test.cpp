@@ -113,3 +113,22 @@ TEST(StreamKnobsConfig, RawPieceByLength) {
   EXPECT_EQ(stream::raw_piece(stream::kHalfChunkMax + 1, slot, ll), slot);
   EXPECT_EQ(stream::raw_piece(8, slot, 0), slot / 2);  // LL off: staged from the first byte
 }
+
+// raw_chunks is the one chunk count of kernels, block assignment and gates: ceil(len / piece) with a
+// shift, one empty chunk for len 0; checked against a plain division over every piece boundary.
+TEST(StreamKnobsConfig, RawChunksMatchesDivision) {
+  const uint64_t slot = 128 << 10;
+  for (uint64_t ll : {uint64_t(0), uint64_t(256) << 10, uint64_t(512) << 10}) {
+    EXPECT_EQ(stream::raw_chunks(0, slot, ll), 1u);
+    for (uint64_t base : {uint64_t(1), stream::kLLPiece, stream::kLLSmallPieceMax, ll, stream::kHalfChunkMax,
+                          uint64_t(1) << 30}) {
+      for (uint64_t len = base > 3 ? base - 3 : 1; len <= base + 3; ++len) {
+        const uint64_t piece = stream::raw_piece(len, slot, ll);
+        EXPECT_EQ(stream::raw_chunks(len, slot, ll), (len + piece - 1) / piece) << "len " << len << " ll_max " << ll;
+      }
+    }
+  }
+  EXPECT_EQ(stream::raw_chunks(128 << 10, slot, 256 << 10), 32u);  // 4 KB LL pieces
+  EXPECT_EQ(stream::raw_chunks(1 << 20, slot, 256 << 10), 16u);    // half slots
+  EXPECT_EQ(stream::raw_chunks(8 << 20, slot, 256 << 10), 64u);    // whole slots
+}
