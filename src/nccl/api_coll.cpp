@@ -8,6 +8,7 @@ PL_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, 
                                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   const char* what = "ncclAllGather";
   if (ncclResult_t r = check_args(comm, what, datatype, -1, INT_MIN, sendcount, {sendbuff, recvbuff})) return r;
+  if (empty_collective(comm, what, sendcount)) return ncclSuccess;
   if (comm->route == Route::Peerlink) {
 #if PL_NCCL_USE_PL_ALL_GATHER
     DataType dt;
@@ -42,6 +43,7 @@ PL_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, s
                                          ncclComm_t comm, cudaStream_t stream) {
   const char* what = "ncclAlltoAll";
   if (ncclResult_t r = check_args(comm, what, datatype, -1, INT_MIN, count, {sendbuff, recvbuff})) return r;
+  if (empty_collective(comm, what, count)) return ncclSuccess;
   size_t b = count * type_size(datatype);
   // In place, a peer's block lands where this rank still reads its own outgoing block: the
   // library's all_to_all orders that itself when sendbuff == recvbuff (peerlink/collectives.h);

@@ -29,6 +29,7 @@ PL_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, 
                                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   const char* what = "ncclAllReduce";
   if (ncclResult_t r = check_args(comm, what, datatype, op, INT_MIN, count, {sendbuff, recvbuff})) return r;
+  if (empty_collective(comm, what, count)) return ncclSuccess;
   DataType dt;
   ReduceOp rop;
   // peerlink's allreduce serves up to 8 ranks (one node's GPUs; UnsupportedError beyond).
@@ -84,6 +85,7 @@ PL_NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, 
   const char* what = "ncclBroadcast";
   if (ncclResult_t r = check_args(comm, what, datatype, -1, root, count, {recvbuff})) return r;
   if (comm->rank == root && count > 0 && !sendbuff) return bad(what, "root's sendbuff is NULL");
+  if (empty_collective(comm, what, count)) return ncclSuccess;
   if (comm->route == Route::Peerlink) {
 #if PL_NCCL_USE_PL_BROADCAST
     DataType dt;
@@ -119,6 +121,7 @@ PL_NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, siz
   const char* what = "ncclReduce";
   if (ncclResult_t r = check_args(comm, what, datatype, op, root, count, {sendbuff})) return r;
   if (comm->rank == root && count > 0 && !recvbuff) return bad(what, "root's recvbuff is NULL");
+  if (empty_collective(comm, what, count)) return ncclSuccess;
 #if PL_NCCL_USE_PL_REDUCE
   DataType dt;
   ReduceOp rop;
@@ -138,6 +141,7 @@ PL_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbu
                                               cudaStream_t stream) {
   const char* what = "ncclReduceScatter";
   if (ncclResult_t r = check_args(comm, what, datatype, op, INT_MIN, recvcount, {sendbuff, recvbuff})) return r;
+  if (empty_collective(comm, what, recvcount)) return ncclSuccess;
 #if PL_NCCL_USE_PL_REDUCE_SCATTER
   DataType dt;
   ReduceOp rop;

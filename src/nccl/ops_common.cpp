@@ -131,6 +131,12 @@ void p2p_recv(ncclComm* c, int peer, void* buf, size_t bytes, void* stream) {
   local_copy(c, buf, s.buf, bytes, stream);
 }
 
+bool empty_collective(ncclComm* c, const char* what, size_t count) {
+  if (count != 0 || c->route != Route::Peerlink) return false;
+  say(c, what, "nothing (count 0)");
+  return true;
+}
+
 bool overlap(const void* a, const void* b, size_t bytes) {
   const char* x = static_cast<const char*>(a);
   const char* y = static_cast<const char*>(b);

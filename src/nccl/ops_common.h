@@ -34,6 +34,11 @@ ncclResult_t check_args(ncclComm* c, const char* what, ncclDataType_t t, int op,
                         std::initializer_list<const void*> bufs);
 // Says at INFO which path `what` took on `c` (once per (op, path); every op at TRACE).
 void say(ncclComm* c, const char* what, const char* path);
+// True for a collective of count 0 on a peerlink communicator (said at INFO): the caller returns
+// ncclSuccess with nothing enqueued, in a group or not, as NCCL drops an empty collective after its
+// argument checks (enqueue.cc); forwarding one would create the real communicator for nothing.
+// Not for Send/Recv (an empty p2p op still matches its peer's) nor Gather/Scatter (built of them).
+bool empty_collective(ncclComm* c, const char* what, size_t count);
 
 // A PreMulSum placeholder's record copied when the op is called (the program may destroy the
 // placeholder before ncclGroupEnd); null for the built-in ops and on real communicators.

@@ -118,6 +118,20 @@ TEST(NcclApi, OneRankQueriesRegistrationAndErrors) {
   std::vector<int8_t> i8(16, 1), o8(16, 0);
   EXPECT_EQ(ncclAllReduce(i8.data(), o8.data(), 16, ncclInt8, ncclSum, c, nullptr), ncclInvalidUsage);
   EXPECT_NE(std::string(ncclGetLastError(c)).find("real NCCL"), std::string::npos);
+  // A collective of count 0 enqueues nothing, as NCCL drops it: not even the forward above (which
+  // fails here), in a group or not, null buffers allowed; its argument checks still run.
+  EXPECT_EQ(ncclAllReduce(nullptr, nullptr, 0, ncclInt8, ncclSum, c, nullptr), ncclSuccess) << ncclGetLastError(c);
+  EXPECT_EQ(ncclReduce(nullptr, nullptr, 0, ncclInt8, ncclAvg, 0, c, nullptr), ncclSuccess) << ncclGetLastError(c);
+  EXPECT_EQ(ncclReduceScatter(nullptr, nullptr, 0, ncclUint8, ncclSum, c, nullptr), ncclSuccess);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclAllGather(nullptr, nullptr, 0, ncclInt8, c, nullptr), ncclSuccess);
+  EXPECT_EQ(ncclAlltoAll(nullptr, nullptr, 0, ncclFloat, c, nullptr), ncclSuccess);
+  EXPECT_EQ(ncclBroadcast(nullptr, nullptr, 0, ncclInt8, 0, c, nullptr), ncclSuccess);
+  EXPECT_EQ(ncclAllReduce(nullptr, nullptr, 0, ncclFloat, ncclAvg, c, nullptr), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(c);
+  EXPECT_EQ(ncclAllReduce(nullptr, nullptr, 0, static_cast<ncclDataType_t>(99), ncclSum, c, nullptr),
+            ncclInvalidArgument);
+  EXPECT_EQ(ncclBroadcast(nullptr, nullptr, 0, ncclInt8, 3, c, nullptr), ncclInvalidArgument);  // root out of range
   EXPECT_EQ(ncclAllReduce(a.data(), b.data(), 64, ncclFloat, ncclAvg, c, nullptr), ncclInvalidUsage);
   float scale = 0.5f;
   ncclRedOp_t pre;
