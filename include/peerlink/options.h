@@ -83,13 +83,16 @@ struct Options {
   size_t relay_chunk_bytes = size_t(4) << 20;
   int relay_slots = 4;
   // Messages at or above this size are striped over several copy streams (GPU only)
-  // (PEERLINK_STRIPE_THRESHOLD, PEERLINK_STRIPE_STREAMS).
+  // (PEERLINK_STRIPE_THRESHOLD, PEERLINK_STRIPE_STREAMS). One lane by default: host path, window 8,
+  // 1 / 2 / 3 lanes, three rounds each (2x H200, 2026-11-28): 256 MB 381.6-383.0 / 379.2-380.9 /
+  // 369.5-377.9 GB/s, 128 MB 372.8-376.4 / 367.4-369.6 / 362.4-366.2, 64 MB 306.9-311.4 /
+  // 300.3-304.6 / 288.0-298.8; on 2x H100 (2026-11-26) 395.4 / 391.3 / 389.1 at 256 MB.
   size_t stripe_threshold = size_t(8) << 20;
-  int stripe_streams = 2;
+  int stripe_streams = 1;
   // GPU sends up to this size are copied by a kernel that also stores done_seq, instead of the copy
   // engine plus a stream write (PEERLINK_KERNEL_COPY_MAX; 0 = always the copy engine). Off by
   // default: on 2x H200 the kernel measured 13.6 us one-way at 8 B against 9.0 us for the copy engine.
-  size_t kernel_copy_max = 0;  // measured on 2x H200: 2 lanes 380 GB/s at 256 MB, 4 lanes 367
+  size_t kernel_copy_max = 0;
   // GPU sends up to 16 KB of the host-driven path run on a kernel launched ahead of the message
   // (PEERLINK_HOST_ARM_US, [0, 10000] us; 0 = off, every send launches its own kernel): the kernel
   // waits for the send's descriptor in mapped host memory and, after it, for the next one's, until

@@ -61,6 +61,7 @@ TEST_P(ContractPaths, RandomSizesVerified) {
     Options o = opts(c.comp, c.path);
     o.relay_chunk_bytes = 1 << 20;
     o.stripe_threshold = 4 << 20;
+    o.stripe_streams = 2;  // the striped path (one lane by default)
     Communicator comm(uid, rank, 2, device_of(rank), o);
     const size_t kBuf = 48 << 20;
     const int peer = 1 - rank;

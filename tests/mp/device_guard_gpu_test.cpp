@@ -31,6 +31,8 @@ Options opts(Path path) {
   o.timeout = milliseconds(30000);
   o.path = path;
   o.relay_chunk_bytes = 1 << 20;
+  o.stripe_threshold = 4 << 20;  // kLen is striped over two copy lanes (one by default)
+  o.stripe_streams = 2;
   return o;
 }
 
