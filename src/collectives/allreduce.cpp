@@ -124,8 +124,13 @@ void device_allreduce(coll::CollState& st, const void* src, void* dst, size_t co
     // for one pass (one warp store of 4 lines each) up to the flag area's kMaxBlocks, even past one
     // block per SM: a second pass costs more than a shared SM (2x H100, 1 MB: 132 blocks of 512
     // threads 7.01 us, 160 blocks 6.52); 1024 threads from 2 MB (4 MB: 160 x 1024 18.81 us, 160 x
-    // 512 20.36, 132 x 512 19.47).
-    if (st.threads <= 0) a.threads = bytes > (size_t(2) << 20) ? 1024 : 512;
+    // 512 20.36, 132 x 512 19.47). 448 threads (14 warps) up to 2 MB: 1 MB fills 157 blocks, not
+    // 137. 2x H200, bench_allreduce -G 1 bf16, three rounds each (session 20 call 6), 512 / 448
+    // threads: 512 KB 4.32-4.33 / 4.31-4.33 us, 1 MB 5.99-6.01 / 5.93-5.96, 2 MB 10.02-10.04 /
+    // 9.93-9.96 (384: 4.22-4.24, 6.42-6.45, 10.45-10.51; 576: 4.44-4.45, 5.97-6.00, 9.69-9.70);
+    // call 7, another machine: 1 MB 5.96-6.00 / 5.90-5.95, 2 MB 10.01-10.03 / 9.91-9.96. Not
+    // measured on H100.
+    if (st.threads <= 0) a.threads = bytes > (size_t(2) << 20) ? 1024 : 448;
     a.threads = std::max(64, a.threads / 64 * 64);
     a.split = coll::make_split(count, elem, st.world, st.layout.cap, true, 1);  // count only
     size_t stores = (coll::ll128_lines(bytes) + 3) / 4;
