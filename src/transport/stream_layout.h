@@ -209,8 +209,9 @@ PL_STREAM_HD constexpr uint64_t raw_piece(uint64_t len, uint64_t chunk, uint64_t
 }
 // log2 of a power of two (raw_piece is one: kLLPiece, kLLSmallPiece, half or all of the engine's
 // power-of-two chunk), so kernels count chunks with a shift, not a 64-bit division.
+// (clang, HIP's device compiler included, lowers the builtin itself; nvcc's device code needs __clzll.)
 PL_STREAM_HD inline int log2_pow2(uint64_t m) {
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+#if defined(__CUDA_ARCH__)
   return 63 - __clzll(static_cast<long long>(m));
 #else
   return 63 - __builtin_clzll(m);
