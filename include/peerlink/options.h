@@ -194,7 +194,8 @@ struct Options {
   // built-in default (64). The grid is capped at the multiprocessor count whatever the setting.
   int stream_blocks = 0;
   // Threads per block of the stream send/recv kernel (PEERLINK_STREAM_THREADS, 0 or a multiple of 32
-  // in [32, 512]); 0 = by the launch's largest message (stream_launch.h: stream_threads_for).
+  // in [32, 512]); 0 = by the launch's largest message (stream_launch.h: stream_threads_for). A
+  // launch with an in-place zero-copy exchange always runs 512 (each block holds 64 KB in registers).
   int stream_threads = 0;
   // GPU messages up to this many bytes travel as LL lines (flag in every 16-byte line: no fence, no
   // ready flag), split over several blocks (one per 4 KB above 8 KB; NCCL form: one per 8 KB above
@@ -236,8 +237,12 @@ struct Options {
   // 4 MB 28.11 / 22.41 / 25.48, 8 MB 39.84 / 35.31 / 37.60, 16 MB 63.00 / 61.48 / 61.22, 24 MB
   // 85.67 / 87.85, 32 MB 109.28 / 111.88 / 109.99; all_gather and alltoall 8-64 MB alike either way.
   // (Was 256 KB from 2x H200, session 12, before half-slot chunks: 1 MB 11.64 / 10.28 zero-copy
-  // against 12.82 / 12.97 staged, sendrecv / one way; not measured again on H200.)
-  size_t stream_direct_min = size_t(24) << 20;
+  // against 12.82 / 12.97 staged, sendrecv / one way.) 16 MB since session 21, from 2x H200
+  // (call 3, nccl-tests sendrecv_perf -g 2 -G 100, out / in place us, in place now zero-copy too:
+  // stream_gate.h): 16 MB zero-copy 58.4 / 59.4 against staged 60.0 / 62.7 (NCCL 60.6 / 59.6-59.8),
+  // 8 MB 34.6 / 35.9 against 33.8 / 34.0 (NCCL 36.7 / 35.8); on 2x H100 (above) 16 MB staged was
+  // the faster by 1.5 us.
+  size_t stream_direct_min = size_t(16) << 20;
   // The same between two processes (PEERLINK_STREAM_DIRECT_IPC_MIN, [0, 2^40]; 0 = never): the
   // receiver exports its receive allocations to the sender, which maps them (src/transport/
   // stream_zc.h); a buffer's first messages are staged. Every rank must agree (the area header

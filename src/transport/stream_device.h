@@ -33,6 +33,7 @@ __device__ __forceinline__ uint64_t mod_pow2(uint64_t x, uint64_t m) { return x 
 struct Ctx {
   const StreamLaunchHeader* L;
   const DevOp* ops;  // the launch's ops (its parameter block)
+  const DevChannel* chs;  // the launch's channels
   const DevChannel* c;
   uint64_t* abort;  // c->mine->error.v: set once the pair failed
   int blk;          // this block's index among the channel's blocks

@@ -73,10 +73,10 @@ __device__ int wait_direct_post(const Ctx& x, uint64_t d, uint64_t* addr) {
   }
 }
 
-// Sender, every block: share blk of message op into the receiver's buffer at `dst`; the last block
-// to finish publishes direct_done = d and returns true (thread 0).
-__device__ bool send_direct(const Ctx& x, const DevOp& op, char* dst, uint64_t d) {
-  part_copy(dst, op.src, op.len, false, x.blk, x.nb);
+// Sender, every block, after its share of message d was stored into the receiver's buffer
+// (part_copy over the channel's blocks, or swap_copy): the last block to finish publishes
+// direct_done = d and returns true (thread 0).
+__device__ bool publish_direct(const Ctx& x, uint64_t d) {
   __syncthreads();
   if (threadIdx.x != 0) return false;
   // Message d + kDirectRing is posted only after the receiver saw direct_done = d.

@@ -178,10 +178,14 @@ void StreamEngine::assign_blocks(StreamLaunch& L) const {
   L.nblocks = next;
   L.pdl = pdl_ ? 1 : 0;
   uint64_t largest = 0;
+  bool swap = false;  // an in-place zero-copy send holds a 64 KB unit in the registers of kStreamThreads
   for (int c = 0; c < L.nch; ++c)
-    for (int i = 0; i < L.ch[c].nops; ++i) largest = std::max(largest, L.ops[L.ch[c].first_op + i].len);
+    for (int i = 0; i < L.ch[c].nops; ++i) {
+      largest = std::max(largest, L.ops[L.ch[c].first_op + i].len);
+      swap |= L.ch[c].kind == int(StreamOpKind::SendRaw) && (L.ops[L.ch[c].first_op + i].flags & kOpGateZc);
+    }
   const int fixed = comm_.options().stream_threads;
-  L.threads = fixed > 0 ? fixed : stream_threads_for(largest);
+  L.threads = swap ? kStreamThreads : fixed > 0 ? fixed : stream_threads_for(largest);
 }
 
 void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
@@ -247,7 +251,7 @@ void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
         if (op.hold) holds[s].push_back(op.hold);
       }
     }
-    gate_in_place(L, chunk_, ll_max_);  // before assign_blocks: a gated recv is staged
+    gate_in_place(L, chunk_, ll_max_);  // before assign_blocks: a staged gated recv takes its chunks' blocks
     assign_blocks(L);
   }
   // Finished launches let go of their mappings; never while capturing (no event queries inside a

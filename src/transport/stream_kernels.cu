@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kThreads, 1) stream_batch_kernel(const PL_GRID
     }
     return;
   }
-  Ctx x{&L, L.ops, &ch, &ch.mine->error.v, int(blockIdx.x) - ch.first_block, ch.nblocks};
+  Ctx x{&L, L.ops, L.ch, &ch, &ch.mine->error.v, int(blockIdx.x) - ch.first_block, ch.nblocks};
   const uint64_t aborted = load_volatile(x.abort);
   if (ch.kind == 0) return send_pub(x, aborted);  // tests it after its first loads
   if (stop_if_aborted(x, aborted)) return;

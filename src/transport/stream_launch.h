@@ -80,7 +80,7 @@ struct DevOp {
   uint64_t len;
   uint64_t offset;
   uint32_t buf_id;
-  uint32_t flags;  // RecvRaw: kOpDirectOk / kOpDirectIpc / kOpGated; SendRaw: kOpGated
+  uint32_t flags;  // RecvRaw: kOpDirectOk / kOpDirectIpc / kOpGated / kOpGateZc; SendRaw: kOpGated / kOpGateZc
 };
 // RecvRaw of a zero-copy candidate (is_direct) whose buffer the peer's GPU can write: the kernel
 // posts its address (else 0, and the message is staged).
@@ -94,6 +94,12 @@ constexpr uint32_t kOpDirectIpc = 2;
 // the send's `dst` points at those gates (uint32_t), one per chunk, each opened once the chunk was
 // read (stream_raw_device.h).
 constexpr uint32_t kOpGated = 4;
+// The same pair zero-copy (stream_swap_device.h; a recv the peer's GPU can write, kOpDirectOk, of
+// 16-byte aligned bytes): the RecvRaw keeps kOpDirectOk and posts gated, its gates are
+// remote->swap_gate[buf_id + u]; the SendRaw's `dst` points at those gates (in the writer's area),
+// `buf_id` is the recv's channel and `offset` the recv's 1-based number among that channel's
+// zero-copy candidates in the launch (its gates' tag: swap_tag(direct_recvd + offset)).
+constexpr uint32_t kOpGateZc = 8;
 
 // Between processes (stream_zc.h): where the receive allocation a peer exported under a zero-copy
 // slot lies in this process, in this rank's private table [peer][kZcSlots] (device memory only

@@ -29,7 +29,7 @@ namespace peerlink::stream {
 // area under kAreaBufId); user calls naming them get InvalidArgument.
 constexpr uint32_t kReservedBufBase = 0xFFFFFF00u;
 constexpr uint32_t kAreaBufId = 0xFFFFFF01u;
-constexpr uint64_t kAreaMagic = 0x706c5354524d3036ull;  // "plSTRM06" (zero-copy between processes)
+constexpr uint64_t kAreaMagic = 0x706c5354524d3037ull;  // "plSTRM07" (in-place zero-copy exchange)
 constexpr int kDescRing = 64;   // published-form recvs posted ahead of completion, per pair
 constexpr int kMaxSlots = 64;   // NCCL-form staging slots per ordered pair (at most)
 // NCCL-form zero-copy posts (Options::stream_direct_min) in flight per pair: more than a launch
@@ -71,6 +71,9 @@ struct alignas(16) DirectPost {
   uint32_t addr_lo, tag0, addr_hi, tag1;
 };
 constexpr uint64_t kPostIpc = uint64_t(1) << 63;
+// A post of a recv whose bytes its own rank's send of the same launch reads (in place, zero-copy:
+// stream_swap_device.h): the sender writes each unit only once the receiver's gate for it opened.
+constexpr uint64_t kPostGated = uint64_t(1) << 62;
 constexpr uint64_t kPostOffsetMask = (uint64_t(1) << 48) - 1;
 PL_STREAM_HD constexpr uint64_t ipc_post(uint64_t slot, uint64_t offset) { return kPostIpc | slot << 48 | offset; }
 
@@ -101,6 +104,10 @@ struct ChunkHdr {
 // Chunks of in-place recvs from one peer that one launch can order (PairSection::gate): with
 // 128 KB chunks, 1 GB.
 constexpr uint32_t kGateCap = 8192;
+// In-place zero-copy exchanges (stream_swap_device.h) gate their messages in units of this many
+// bytes: a block of 512 threads holds one unit in registers (8 x 16 bytes per thread).
+constexpr uint64_t kSwapUnit = 64 << 10;
+PL_STREAM_HD constexpr uint64_t swap_units(uint64_t len) { return (len + kSwapUnit - 1) / kSwapUnit; }
 
 struct PairSection {
   // Written by the peer q (remote stores into this rank's area).
@@ -151,6 +158,12 @@ struct PairSection {
   // reads; host side: stream_gate.cpp): gate[base + j] = 1 once the send's block read chunk j; the
   // recv's block of chunk j waits for it before it writes a byte there, then sets it back to 0.
   uint32_t gate[kGateCap];
+  // In-place zero-copy exchanges (stream_swap_device.h), both written by the peer q:
+  // direct_gate[d % kDirectRing] = tag << 32 | base when q posted zero-copy message d gated (its gates
+  // are swap_gate[base...]); swap_gate[base + u] = tag once q's send read unit u of the bytes this
+  // rank's message d overwrites. Tags (swap_tag(d)) never repeat in place: nothing is reset.
+  uint64_t direct_gate[kDirectRing];
+  uint32_t swap_gate[kGateCap];
 };
 
 // GPU LL lines (messages of at most Options::stream_ll_max bytes, "ll_max"; both sides agree: it is in

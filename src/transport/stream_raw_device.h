@@ -1,8 +1,7 @@
 // Device side of the NCCL-form send and recv: runs of chunks through staging slots or LL pieces
 // (protocol: stream_layout.h; memory ordering: stream_kernels.cu). Included only by stream_kernels.cu.
 #pragma once
-#include "transport/stream_direct_device.h"
-#include "transport/stream_ll_device.h"
+#include "transport/stream_swap_device.h"
 
 namespace peerlink::stream {
 namespace {  // one translation unit includes this
@@ -43,6 +42,7 @@ __device__ void send_raw(const Ctx& x) {
   const uint64_t chunk = x.L->chunk, slots = x.L->slots;
   __shared__ int s_go;
   __shared__ uint64_t s_direct;
+  __shared__ SwapGates s_gates;
   const uint64_t msg0 = load_volatile(&c.mine->raw_sent_msgs.v);
   const uint64_t g0 = load_volatile(&c.mine->raw_sent_chunks.v);
   const uint64_t d0 = c.direct ? load_volatile(&c.mine->direct_sent.v) : 0;
@@ -53,27 +53,45 @@ __device__ void send_raw(const Ctx& x) {
     const DevOp& op = x.ops[c.first_op + i];
     const bool ll = is_ll(op.len, x.L->ll_max);
     const uint64_t n = raw_chunks(op.len, chunk, x.L->ll_max);
+    SwapGates gates{};  // thread 0's: the gates this op opens in place (stream_swap_device.h)
+    if (threadIdx.x == 0) our_gates(x, op, &gates);
     if (c.direct && is_direct(op.len, direct_min_of(c.direct, x.L->direct_min, x.L->direct_ipc_min), x.L->ll_max)) {
       const uint64_t d = d0 + ++nd;
       if (threadIdx.x == 0) {
         uint64_t a = 0;
         s_go = wait_direct_post(x, d, &a);
+        if (s_go && (a & kPostGated)) {  // the receiver overwrites what its own send reads
+          a &= ~kPostGated;
+          gates.wait = receiver_gates(x, d, op.len);
+          gates.wait_tag = swap_tag(d);
+          if (!gates.wait) s_go = 0;
+        }
         if (s_go && a) {
           a = reinterpret_cast<uint64_t>(post_target(x, a, op.len));
           if (!a) s_go = 0;
         }
         s_direct = a;
+        s_gates = gates;
       }
       __syncthreads();
       const int go = s_go;
       char* const dst = reinterpret_cast<char*>(s_direct);
+      const SwapGates zg = s_gates;
       __syncthreads();  // read by all before thread 0 rewrites them (the staged loop reuses s_go)
       if (!go) {
         failed = true;
         break;
       }
       if (dst) {  // zero-copy: no slot, no chunk flag (stream_direct_device.h)
-        if (send_direct(x, op, dst, d) && (op.flags & kOpGated))
+        if (zg.open || zg.wait) {
+          if (!swap_copy(x, op, dst, zg)) {
+            failed = true;
+            break;
+          }
+        } else {
+          part_copy(dst, op.src, op.len, false, x.blk, x.nb);
+        }
+        if (publish_direct(x, d) && (op.flags & kOpGated))
           for (uint64_t j = 0; j < n; ++j) open_gate(op, j);  // the last block: every byte was read
         t0 += n;
         continue;
@@ -115,6 +133,7 @@ __device__ void send_raw(const Ctx& x) {
         h.chunk_len = op.len ? len : 0;
         store_release_system(&c.remote->raw_slot_ready[slot].v, g + 1);
         if (op.flags & kOpGated) open_gate(op, j);
+        if (gates.open) open_units(gates, off, len);  // in place, the recv zero-copy
       }
     }
     t0 += n;
@@ -194,7 +213,10 @@ __device__ void recv_raw(const Ctx& x) {
       } else {
         // Block 0 posts from another warp than thread 0's, which waits (as recv_pub does).
         const unsigned poster = blockDim.x > unsigned(warpSize) ? blockDim.x - 1 : 0;
-        if (x.blk == 0 && threadIdx.x == poster) post_direct(x, d, reinterpret_cast<uint64_t>(zc ? op.dst : nullptr));
+        if (x.blk == 0 && threadIdx.x == poster) {
+          if (zc && (op.flags & kOpGateZc)) post_gated(x, d, op);  // in place (stream_swap_device.h)
+          else post_direct(x, d, reinterpret_cast<uint64_t>(zc ? op.dst : nullptr));
+        }
       }
       if (zc) {
         if (x.blk == 0 && !recv_direct(x, d, g0 + t0, n, defer, slots)) {

@@ -19,16 +19,17 @@
 
 namespace pltest::stream_gpu {
 
-// Both ranks as threads of one forked child; the first failure of either thread is the result.
+// `ranks` ranks (both by default) as threads of one forked child; the first failure of any thread is
+// the result.
 inline std::string run_thread_ranks(const std::function<void(int)>& fn,
-                                    std::chrono::milliseconds limit = std::chrono::milliseconds(240000)) {
+                                    std::chrono::milliseconds limit = std::chrono::milliseconds(240000), int ranks = 2) {
   return run_ranks(
       1,
       [&](int) {
         std::mutex mu;
         std::string fail;
         std::vector<std::thread> t;
-        for (int r = 0; r < 2; ++r)
+        for (int r = 0; r < ranks; ++r)
           t.emplace_back([&, r] {
             try {
               fn(r);
