@@ -195,7 +195,7 @@ struct Options {
   int stream_blocks = 0;
   // Threads per block of the stream send/recv kernel (PEERLINK_STREAM_THREADS, 0 or a multiple of 32
   // in [32, 512]); 0 = by the launch's largest message (stream_launch.h: stream_threads_for). A
-  // launch with an in-place zero-copy exchange always runs 512 (each block holds 64 KB in registers).
+  // launch with an in-place zero-copy exchange always runs 512 (each block holds 2 x 32 KB in registers).
   int stream_threads = 0;
   // GPU messages up to this many bytes travel as LL lines (flag in every 16-byte line: no fence, no
   // ready flag), split over several blocks (one per 4 KB above 8 KB; NCCL form: one per 8 KB above

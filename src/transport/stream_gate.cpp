@@ -34,9 +34,10 @@ bool swap_fits(const DevOp& r, uint64_t chunk) {
          chunk >= 2 * kSwapUnit;
 }
 
-[[noreturn]] void too_many(int peer, uint64_t need, const char* what) {
-  throw UnsupportedError(common::cat("in-place send/recv from rank ", peer, " in one group: ", need, " ", what,
-                                     " to order, at most ", kGateCap, "; receive into another buffer or split the group"));
+[[noreturn]] void too_many(int peer, uint64_t need) {
+  throw UnsupportedError(common::cat("in-place send/recv from rank ", peer, " in one group: ", need,
+                                     " chunks to order, at most ", kGateCap,
+                                     "; receive into another buffer or split the group"));
 }
 
 }  // namespace
@@ -57,9 +58,9 @@ int gate_in_place(StreamLaunch& L, uint64_t chunk, uint64_t ll_max) {
       DevOp* s = paired_send(L, r);
       if (!s) continue;
       ++pairs;
-      if (candidate && rc.remote && swap_fits(r, chunk)) {
+      // Zero-copy while the channel's unit gates last (512 MB per launch), staged beyond.
+      if (candidate && rc.remote && swap_fits(r, chunk) && next_unit + swap_units(r.len) <= kSwapGateCap) {
         const uint64_t n = swap_units(r.len);
-        if (next_unit + n > kGateCap) too_many(rc.peer, next_unit + n, "units of 64 KB");
         r.flags = kOpDirectOk | kOpGateZc;
         r.buf_id = uint32_t(next_unit);
         s->flags = kOpGateZc;
@@ -70,7 +71,7 @@ int gate_in_place(StreamLaunch& L, uint64_t chunk, uint64_t ll_max) {
         continue;
       }
       const uint64_t n = raw_chunks(r.len, chunk, ll_max);
-      if (next + n > kGateCap) too_many(rc.peer, next + n, "chunks");
+      if (next + n > kGateCap) too_many(rc.peer, next + n);
       r.flags = kOpGated;  // staged: the kernel posts no address for it
       r.buf_id = uint32_t(next);
       s->flags = kOpGated;

@@ -29,7 +29,7 @@ namespace peerlink::stream {
 // area under kAreaBufId); user calls naming them get InvalidArgument.
 constexpr uint32_t kReservedBufBase = 0xFFFFFF00u;
 constexpr uint32_t kAreaBufId = 0xFFFFFF01u;
-constexpr uint64_t kAreaMagic = 0x706c5354524d3037ull;  // "plSTRM07" (in-place zero-copy exchange)
+constexpr uint64_t kAreaMagic = 0x706c5354524d3038ull;  // "plSTRM08" (in-place zero-copy exchange)
 constexpr int kDescRing = 64;   // published-form recvs posted ahead of completion, per pair
 constexpr int kMaxSlots = 64;   // NCCL-form staging slots per ordered pair (at most)
 // NCCL-form zero-copy posts (Options::stream_direct_min) in flight per pair: more than a launch
@@ -105,8 +105,10 @@ struct ChunkHdr {
 // 128 KB chunks, 1 GB.
 constexpr uint32_t kGateCap = 8192;
 // In-place zero-copy exchanges (stream_swap_device.h) gate their messages in units of this many
-// bytes: a block of 512 threads holds one unit in registers (8 x 16 bytes per thread).
-constexpr uint64_t kSwapUnit = 64 << 10;
+// bytes: a block of 512 threads holds two units in registers (2 x 4 x 16 bytes per thread), at most
+// kSwapGateCap units per recv channel and launch (512 MB).
+constexpr uint64_t kSwapUnit = 32 << 10;
+constexpr uint32_t kSwapGateCap = 16384;
 PL_STREAM_HD constexpr uint64_t swap_units(uint64_t len) { return (len + kSwapUnit - 1) / kSwapUnit; }
 
 struct PairSection {
@@ -163,7 +165,7 @@ struct PairSection {
   // are swap_gate[base...]); swap_gate[base + u] = tag once q's send read unit u of the bytes this
   // rank's message d overwrites. Tags (swap_tag(d)) never repeat in place: nothing is reset.
   uint64_t direct_gate[kDirectRing];
-  uint32_t swap_gate[kGateCap];
+  uint32_t swap_gate[kSwapGateCap];
 };
 
 // GPU LL lines (messages of at most Options::stream_ll_max bytes, "ll_max"; both sides agree: it is in

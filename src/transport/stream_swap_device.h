@@ -14,9 +14,10 @@
 //              (the two stores are not ordered: it waits for the tag) and writes unit u of X only
 //              once swap_gate[base + u] == swap_tag(d).
 //   A's send   moves X in units of kSwapUnit bytes (block b takes u = b, b + nb, ...): loads the whole
-//              unit into registers, then (thread 0, after the barrier: every load returned) opens
-//              the unit's gate in C's area, and only then waits, if B's post was gated too, for B's
-//              gate of the unit in A's area before it stores the registers into B's buffer.
+//              unit into registers, then (thread 0, after a barrier that every loaded word feeds:
+//              every load returned) opens the unit's gate in C's area, and only then waits, if B's
+//              post was gated too, for B's gate of the unit in A's area before it stores the
+//              registers into B's buffer (the next unit's loads are in flight meanwhile).
 //              A staged send (B's post was 0) opens the units of each chunk once it read the chunk.
 // Every block opens the gate of a unit before it waits for anything about that unit, so a ring of
 // such exchanges (two ranks swapping, or A -> B -> C -> A) cannot deadlock: the smallest unit not
@@ -31,7 +32,7 @@
 namespace peerlink::stream {
 namespace {  // one translation unit includes this
 
-constexpr int kSwapVecs = 8;  // 16-byte registers per thread holding one unit (512 threads)
+constexpr int kSwapVecs = 4;  // 16-byte registers per thread holding one unit (512 threads)
 static_assert(uint64_t(kSwapVecs) * 16 * kThreads == kSwapUnit, "a block of kThreads holds one unit");
 
 __device__ __forceinline__ uint32_t swap_tag(uint64_t d) { return ll_flag(d); }
@@ -61,7 +62,7 @@ __device__ const volatile uint32_t* receiver_gates(const Ctx& x, uint64_t d, uin
     const uint64_t v = *p;
     if (uint32_t(v >> 32) == want) {
       const uint64_t base = uint32_t(v);
-      if (base <= kGateCap && swap_units(len) <= kGateCap - base) return &x.c->mine->swap_gate[base];
+      if (base <= kSwapGateCap && swap_units(len) <= kSwapGateCap - base) return &x.c->mine->swap_gate[base];
       record_error(x, kErrProtocol);
       abort_pair(x);
       return nullptr;
@@ -92,11 +93,66 @@ __device__ bool wait_gate(const Ctx& x, const volatile uint32_t* f, uint32_t wan
   return true;
 }
 
+// A unit of n bytes at src (16-byte aligned, whole vectors) into registers: the loads are only
+// issued here; fold() waits for them.
+__device__ __forceinline__ void load_unit(const char* src, uint64_t n, uint4 (&v)[kSwapVecs]) {
+  const uint4* s = reinterpret_cast<const uint4*>(src);
+#pragma unroll
+  for (int k = 0; k < kSwapVecs; ++k) {
+    const uint64_t i = threadIdx.x + uint64_t(k) * blockDim.x;
+    if (i < n / 16) v[k] = s[i];
+  }
+}
+
+// Every word of a loaded unit, or-ed: fed to a barrier, it makes every thread's loads of the unit
+// return before the barrier ends. A bar.sync alone does not wait for loads whose registers are not
+// used yet, and such a load, still in flight when the gate opens, could return bytes the writer
+// stored after seeing it (session 21: the exchange's first version, which used the registers only
+// after the gate, returned the receiver's own bytes in some units).
+__device__ __forceinline__ uint32_t fold(const uint4 (&v)[kSwapVecs], uint64_t n) {
+  uint32_t seen = 0;
+#pragma unroll
+  for (int k = 0; k < kSwapVecs; ++k)
+    if (threadIdx.x + uint64_t(k) * blockDim.x < n / 16) seen |= v[k].x | v[k].y | v[k].z | v[k].w;
+  return seen;
+}
+
+__device__ __forceinline__ void store_unit(char* dst, uint64_t n, bool dst16, const uint4 (&v)[kSwapVecs]) {
+#pragma unroll
+  for (int k = 0; k < kSwapVecs; ++k) {
+    const uint64_t i = threadIdx.x + uint64_t(k) * blockDim.x;
+    if (i >= n / 16) continue;
+    if (dst16) {
+      reinterpret_cast<uint4*>(dst)[i] = v[k];
+    } else {  // an out-of-place receiver's unaligned buffer: byte stores from the registers
+      const char* b = reinterpret_cast<const char*>(&v[k]);
+      for (int j = 0; j < 16; ++j) dst[i * 16 + uint64_t(j)] = b[j];
+    }
+  }
+}
+
+__device__ __forceinline__ uint64_t unit_bytes(uint64_t len, uint64_t u) {
+  return len - u * kSwapUnit < kSwapUnit ? len - u * kSwapUnit : kSwapUnit;
+}
+
 // Every block of a send channel: message op into the receiver's buffer dst, unit by unit, as the
-// gates say (the protocol above; src is 16-byte aligned with whole vectors whenever g.open). False
-// on failure (recorded); the caller then stops.
+// gates say (the protocol above; src is 16-byte aligned with whole vectors whenever g.open). A
+// block holding units loads its next unit before it waits for and stores the current one, so the
+// loads' latency hides behind the stores (two units of registers). False on failure (recorded);
+// the caller then stops.
 __device__ bool swap_copy(const Ctx& x, const DevOp& op, char* dst, const SwapGates& g) {
-  if (g.open && blockDim.x * kSwapVecs * 16 < kSwapUnit) {  // the host launches kThreads (stream_gpu.cpp)
+  const uint64_t units = swap_units(op.len), nb = uint64_t(x.nb);
+  auto gate_open = [&](uint64_t u) {  // all threads: the receiver read unit u (no gate: always)
+    return !g.wait || __syncthreads_and(threadIdx.x != 0 || wait_gate(x, &g.wait[u], g.wait_tag));
+  };
+  if (!g.open) {  // nothing of ours is overwritten: copy each unit once the receiver read it
+    for (uint64_t u = uint64_t(x.blk); u < units; u += nb) {
+      if (!gate_open(u)) return false;
+      part_copy(dst + u * kSwapUnit, op.src + u * kSwapUnit, unit_bytes(op.len, u), false, 0, 1);
+    }
+    return true;
+  }
+  if (blockDim.x * kSwapVecs * 16 < kSwapUnit) {  // the host launches kThreads (stream_gpu.cpp)
     if (threadIdx.x == 0) {
       record_error(x, kErrProtocol);
       abort_pair(x);
@@ -104,45 +160,24 @@ __device__ bool swap_copy(const Ctx& x, const DevOp& op, char* dst, const SwapGa
     return false;
   }
   const bool dst16 = (reinterpret_cast<uintptr_t>(dst) & 15) == 0;
-  for (uint64_t u = uint64_t(x.blk); u < swap_units(op.len); u += uint64_t(x.nb)) {
-    const uint64_t off = u * kSwapUnit, n = op.len - off < kSwapUnit ? op.len - off : kSwapUnit;
-    uint4 v[kSwapVecs];
-    if (g.open) {
-      const uint4* s = reinterpret_cast<const uint4*>(op.src + off);
-      uint32_t seen = 0;
+  uint64_t u = uint64_t(x.blk);
+  if (u >= units) return true;
+  uint4 cur[kSwapVecs], next[kSwapVecs];
+  load_unit(op.src + u * kSwapUnit, unit_bytes(op.len, u), cur);
+  __syncthreads_or(fold(cur, unit_bytes(op.len, u)));
+  if (threadIdx.x == 0) g.open[u] = g.open_tag;
+  for (;;) {
+    const uint64_t nu = u + nb;
+    if (nu < units) load_unit(op.src + nu * kSwapUnit, unit_bytes(op.len, nu), next);  // its gate is still closed
+    if (!gate_open(u)) return false;
+    store_unit(dst + u * kSwapUnit, unit_bytes(op.len, u), dst16, cur);
+    if (nu >= units) return true;
+    __syncthreads_or(fold(next, unit_bytes(op.len, nu)));
+    if (threadIdx.x == 0) g.open[nu] = g.open_tag;
 #pragma unroll
-      for (int k = 0; k < kSwapVecs; ++k) {
-        const uint64_t i = threadIdx.x + uint64_t(k) * blockDim.x;
-        if (i < n / 16) {
-          v[k] = s[i];
-          seen |= v[k].x | v[k].y | v[k].z | v[k].w;
-        }
-      }
-      // Every loaded word feeds the barrier: a bar.sync does not wait for loads whose registers are
-      // not used yet, and such a load, still in flight when the gate opens, could return bytes the
-      // writer stored after seeing it (session 21: the exchange's first version, which used the
-      // registers only after the gate, returned the receiver's own bytes in some units).
-      __syncthreads_or(seen);
-      if (threadIdx.x == 0) g.open[u] = g.open_tag;
-    }
-    if (g.wait && !__syncthreads_and(threadIdx.x != 0 || wait_gate(x, &g.wait[u], g.wait_tag))) return false;
-    if (!g.open) {
-      part_copy(dst + off, op.src + off, n, false, 0, 1);
-      continue;
-    }
-#pragma unroll
-    for (int k = 0; k < kSwapVecs; ++k) {
-      const uint64_t i = threadIdx.x + uint64_t(k) * blockDim.x;
-      if (i >= n / 16) continue;
-      if (dst16) {
-        reinterpret_cast<uint4*>(dst + off)[i] = v[k];
-      } else {  // an out-of-place receiver's unaligned buffer: byte stores from the registers
-        const char* b = reinterpret_cast<const char*>(&v[k]);
-        for (int j = 0; j < 16; ++j) dst[off + i * 16 + uint64_t(j)] = b[j];
-      }
-    }
+    for (int k = 0; k < kSwapVecs; ++k) cur[k] = next[k];
+    u = nu;
   }
-  return true;
 }
 
 // Thread 0 of a staged send block, after the block read [off, off + len) of op (len > 0): opens the

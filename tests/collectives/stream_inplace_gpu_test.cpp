@@ -1,7 +1,7 @@
 // NCCL-form send/recv in place on GPUs: each rank sends a buffer and receives the peer's message
 // into the very same bytes, in one group (nccl-tests sendrecv / alltoall in place, torch's in-place
 // exchanges). Staged recvs wait per chunk for the send to have read it; between ranks of one process
-// the zero-copy candidates are exchanged in 64 KB units, each written once the reader opened its
+// the zero-copy candidates are exchanged in 32 KB units, each written once the reader opened its
 // gate (stream_gate.h). The sizes cover LL pieces, half and whole staging slots and the zero-copy
 // candidates (one run lowers the threshold to 1 MB: partial last units, lengths that are not whole
 // vectors), eager and replayed from a graph with a new payload each time; also one side in place and
@@ -35,7 +35,7 @@ struct Role {
   bool apart = false;
 };
 
-// What the wrong bytes of a failed round hold, by 64 KB unit (the exchange's gate granularity): the
+// What the wrong bytes of a failed round hold, by 64 KB piece (the exchange's gates are per 32 KB): the
 // sender's message of this round (expected), this rank's own bytes, or either one's previous round.
 std::string describe_bad(const Dev& d, size_t len, int from, int me, uint64_t k) {
   std::vector<char> h(len);

@@ -113,9 +113,9 @@ TEST(StreamGate, ZeroCopyRecvsGateUnitsInTheWritersArea) {
   EXPECT_EQ(reinterpret_cast<const void*>(s0.dst), static_cast<const void*>(&t.far[1]->swap_gate[0]));
   EXPECT_EQ(s0.buf_id, uint32_t(rc));
   EXPECT_EQ(s0.offset, 2u);  // the recv is its channel's second zero-copy candidate
-  // 4 MB = 64 units of 64 KB; the next pair's gates follow (3 MB + 16 bytes: 49 units).
-  EXPECT_EQ(r1.buf_id, 64u);
-  EXPECT_EQ(reinterpret_cast<const void*>(s1.dst), static_cast<const void*>(&t.far[1]->swap_gate[64]));
+  // 4 MB = 128 units of 32 KB; the next pair's gates follow (3 MB + 16 bytes: 97 units).
+  EXPECT_EQ(r1.buf_id, 128u);
+  EXPECT_EQ(reinterpret_cast<const void*>(s1.dst), static_cast<const void*>(&t.far[1]->swap_gate[128]));
   EXPECT_EQ(s1.offset, 3u);
 }
 
@@ -131,7 +131,7 @@ TEST(StreamGate, StagesWhatTheExchangeCannotGate) {
       {"length not a multiple of 16", addr(0x100000), 4 * kMB + 4, kOpDirectOk, kChunk},
       {"buffer the peer cannot write", addr(0x100000), 4 * kMB, 0, kChunk},
       {"another process (kernel decides)", addr(0x100000), 4 * kMB, kOpDirectIpc, kChunk},
-      {"staging chunks smaller than two units", addr(0x100000), 4 * kMB, kOpDirectOk, 64 << 10},
+      {"staging chunks smaller than two units", addr(0x100000), 4 * kMB, kOpDirectOk, 32 << 10},
       {"below the zero-copy threshold", addr(0x100000), kMB / 2, kOpDirectOk, kChunk},
   };
   for (const Case& c : cases) {
@@ -146,16 +146,17 @@ TEST(StreamGate, StagesWhatTheExchangeCannotGate) {
   }
 }
 
-TEST(StreamGate, TooManyUnitsIsUnsupported) {
+TEST(StreamGate, UnitsBeyondTheCapAreStaged) {
   Launch t;
   t.L.direct_min = 1 * kMB;
-  const uint64_t big = uint64_t(kGateCap) * kSwapUnit + 16;  // kGateCap + 1 units
-  t.channel(StreamOpKind::SendRaw, 1, {send_op(addr(0x100000), big)});
-  t.channel(StreamOpKind::RecvRaw, 1, {recv_op(addr(0x100000), big, kOpDirectOk)}, kDirectLocal);
-  try {
-    gate_in_place(t.L, kChunk, kLLMax);
-    FAIL() << "no error";
-  } catch (const UnsupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("8193 units"), std::string::npos) << e.what();
-  }
+  const uint64_t fits = (uint64_t(kSwapGateCap) - 2) * kSwapUnit;  // all units but two
+  t.channel(StreamOpKind::SendRaw, 1, {send_op(addr(0x100000), fits), send_op(addr(0x40000000), 3 * kSwapUnit)});
+  t.channel(StreamOpKind::RecvRaw, 1,
+            {recv_op(addr(0x100000), fits, kOpDirectOk), recv_op(addr(0x40000000), 3 * kSwapUnit, kOpDirectOk)},
+            kDirectLocal);
+  EXPECT_EQ(gate_in_place(t.L, kChunk, kLLMax), 2);
+  EXPECT_EQ(t.L.ops[2].flags, kOpDirectOk | kOpGateZc);
+  EXPECT_EQ(t.L.ops[3].flags, kOpGated);  // three more units would not fit: staged, its gates from 0
+  EXPECT_EQ(t.L.ops[3].buf_id, 0u);
+  EXPECT_EQ(t.L.ops[1].flags, kOpGated);
 }
