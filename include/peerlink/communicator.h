@@ -117,6 +117,9 @@ class Communicator {
   // What the pair (this rank, peer) uses after setup: for tests, logs and benchmarks.
   Path path_to(int peer) const;
   Completion completion_with(int peer) const;
+  // The peer's rank runs in this process (several GPUs driven by one process, as nccl-tests -g 2
+  // does): a hint from the rendezvous, for choosing among equally correct paths.
+  bool shares_process(int peer) const;
   CommStats stats() const;
 
  private:

@@ -233,6 +233,10 @@ class Communicator(CollectivesMixin, StreamP2PMixin):
     def completion_with(self, peer: int) -> str:
         return self._c.completion_with(int(peer))
 
+    def shares_process(self, peer: int) -> bool:
+        """True when rank `peer` runs in this process (several GPUs driven by one process)."""
+        return self._c.shares_process(int(peer))
+
     def stats(self) -> dict:
         return self._c.stats()
 

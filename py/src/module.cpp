@@ -330,6 +330,7 @@ void register_comm(py::module_& m) {
       .def("barrier", &C::barrier, py::call_guard<py::gil_scoped_release>())
       .def("close", &C::close, py::call_guard<py::gil_scoped_release>())
       .def("path_to", [](const C& c, int peer) { return std::string(to_string(c.path_to(peer))); })
+      .def("shares_process", &C::shares_process)
       .def("completion_with", [](const C& c, int peer) {
         return std::string(to_string(c.completion_with(peer)));
       })

@@ -21,12 +21,13 @@ def _pair_roundtrip(comm, ctx, sizes):
         assert req.test() and req.done
         ctx.expect_random(buf[:n], seed=1000 * i + peer)
         comm.barrier()  # the peer has checked before the next size overwrites the buffer
-    return comm.path_to(peer), comm.completion_with(peer)
+    return comm.path_to(peer), comm.completion_with(peer), comm.shares_process(peer)
 
 
 def test_send_direct_random_payloads(kind):
     out = run_ranks(_pair_roundtrip, world=2, kind=kind, args=(SIZES,))
     assert all(o[0] in ("direct", "relay") for o in out)
+    assert not any(o[2] for o in out)  # one process per rank
 
 
 def _isend_poll_offsets(comm, ctx):

@@ -52,7 +52,8 @@ PL_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, s
   if (comm->route == Route::Peerlink && (!in_place || sendbuff == recvbuff)) {
 #if PL_NCCL_USE_PL_ALL_TO_ALL
     DataType dt;
-    const bool p2p = use_p2p_plan(comm, b, sendbuff, b * comm->nranks, recvbuff, b * comm->nranks, stream);
+    const bool p2p = (sendbuff == recvbuff && swap_by_p2p_plan(comm, b)) ||
+                     use_p2p_plan(comm, b, sendbuff, b * comm->nranks, recvbuff, b * comm->nranks, stream);
     if (!p2p && comm->nranks <= 8 && pl_dtype(datatype, ncclSum, &dt)) {
       say(comm, what, in_place ? "peerlink all_to_all (in place)" : "peerlink all_to_all");
       return on_peerlink(comm, what, OpKind::Collective, stream,

@@ -110,6 +110,10 @@ ncclResult_t on_peerlink(ncclComm* c, const char* what, OpKind kind, void* strea
 // being captured and the collective will register its buffer itself (Options::coll_graph_register).
 bool use_p2p_plan(ncclComm* c, size_t block, const void* send, size_t send_bytes, const void* recv, size_t recv_bytes,
                   void* stream);
+// ncclAlltoAll with sendbuff == recvbuff: the p2p plan instead of the collective when each block
+// goes the stream engine's in-place zero-copy exchange (Options::stream_direct_min; every peer a
+// rank of this process: transport/stream_gate.h), which beats the collective's window swap.
+bool swap_by_p2p_plan(ncclComm* c, size_t block);
 // A stream-ordered local copy (host backend: memcpy).
 void local_copy(ncclComm* c, void* dst, const void* src, size_t bytes, void* stream);
 // The same inside the batch's peerlink group: a send + recv to this rank itself, which the group's

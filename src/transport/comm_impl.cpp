@@ -266,6 +266,12 @@ bool CommImpl::nvlink_to(int peer) const {
   return transport_->peer(peer).nvlink;
 }
 
+bool CommImpl::shares_process(int peer) const {
+  Scope s(*this, "shares_process");
+  validate_peer(peer, "shares_process");
+  return transport_->peer(peer).same_process;
+}
+
 Completion CommImpl::completion_with(int peer) const {
   Scope s(*this, "completion_with");
   validate_peer(peer, "completion_with");

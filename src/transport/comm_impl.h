@@ -65,6 +65,7 @@ class CommImpl final : public CommServices {
   Path path_to(int peer) const override;
   std::string path_reason(int peer) const override;  // why path_to(peer) is what it is
   bool nvlink_to(int peer) const override;
+  bool shares_process(int peer) const;
   Completion completion_with(int peer) const;
   CommStats stats() const;
 

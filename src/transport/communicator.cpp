@@ -72,6 +72,7 @@ void Communicator::close() { impl_->close(); }
 bool Communicator::closed() const { return impl_->closed(); }
 Path Communicator::path_to(int peer) const { return impl_->path_to(peer); }
 Completion Communicator::completion_with(int peer) const { return impl_->completion_with(peer); }
+bool Communicator::shares_process(int peer) const { return impl_->shares_process(peer); }
 CommStats Communicator::stats() const { return impl_->stats(); }
 
 namespace detail {

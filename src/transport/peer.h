@@ -18,6 +18,10 @@ struct Peer {
   Path path = Path::Direct;
   std::string path_reason;  // why (this rank's topology decision, or the peer asked to relay)
   bool nvlink = false;      // direct over NVLink or the same GPU (PathChoice::nvlink)
+  // The peer's bootstrap slot names this process's pid: a routing hint for the layers above (the
+  // rendezvous is untrusted, so nothing that must hold depends on it; the stream engine learns the
+  // same from the mappings themselves).
+  bool same_process = false;
   Completion completion = Completion::Ring;
 
   // Segments mapped for this pair: in_seg pair peer->me (I created it), out_seg pair me->peer,

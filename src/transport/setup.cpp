@@ -6,6 +6,8 @@
 #include <cstring>
 #include <thread>
 
+#include <unistd.h>
+
 #include "common/interrupt.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
@@ -112,6 +114,7 @@ void Transport::setup_links() {
     bool relay = ((mask >> p) & 1) || ((masks[p] >> rank_) & 1);
     peer->path = relay ? Path::Relay : Path::Direct;
     peer->nvlink = !relay && choices[p].nvlink;
+    peer->same_process = boot_->slot(p).pid == int32_t(::getpid());
     peer->path_reason = ((masks[p] >> rank_) & 1) && !((mask >> p) & 1)
                             ? cat("rank ", p, " asked to relay (here: ", choices[p].reason, ")")
                             : choices[p].reason;

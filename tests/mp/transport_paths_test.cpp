@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
+#include <thread>
 
 #include "peerlink/peerlink.h"
 #include "support/mp.h"
@@ -89,6 +91,7 @@ TEST_P(MpTransportPaths, RandomSizesAllPairsVerified) {
     for (int p = 0; p < c.ranks; ++p) {
       if (p == rank) continue;
       MP_CHECK(comm.path_to(p) == (c.path == Path::Relay ? Path::Relay : Path::Direct));
+      MP_CHECK(!comm.shares_process(p));  // every rank is a process of its own here
       if (c.path != Path::Relay)
         MP_CHECK(comm.completion_with(p) == (c.completion == Completion::Ring ? Completion::Ring : Completion::DoneSeq));
     }
@@ -99,6 +102,32 @@ TEST_P(MpTransportPaths, RandomSizesAllPairsVerified) {
     comm.barrier();
   });
   EXPECT_EQ(fails, "");
+  EXPECT_TRUE(pltest::leftover_segments(uid).empty());
+}
+
+// Ranks as threads of one process (nccl-tests -g 2 / -t 2): each says so of the other.
+TEST(MpTransportShares, RanksOfOneProcess) {
+  const std::string uid = pltest::unique_test_id("shares");
+  Options o;
+  o.timeout = std::chrono::milliseconds(10000);
+  std::string err[2];
+  bool shares[2] = {false, false};
+  auto rank_main = [&](int r) {
+    try {
+      Communicator c(uid, r, 2, kHostDevice, o);
+      shares[r] = c.shares_process(1 - r);
+      c.barrier();
+    } catch (const std::exception& e) {
+      err[r] = e.what();
+    }
+  };
+  std::thread t1(rank_main, 1);
+  rank_main(0);
+  t1.join();
+  EXPECT_EQ(err[0], "");
+  EXPECT_EQ(err[1], "");
+  EXPECT_TRUE(shares[0]);
+  EXPECT_TRUE(shares[1]);
   EXPECT_TRUE(pltest::leftover_segments(uid).empty());
 }
 
