@@ -134,7 +134,7 @@ class StreamEngine {
 
  private:
   void check_peer_usable(int peer, const char* what);  // range only
-  void check_pair(int peer);  // device errors, broken channels, liveness
+  void check_pair(int peer, bool alive = true);  // device errors, broken channels, liveness
   void bind_peer(int peer);
   void submit(StreamOp op);
   void run(std::vector<StreamOp>& ops);

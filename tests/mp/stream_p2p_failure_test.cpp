@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <algorithm>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -64,6 +65,43 @@ TEST(StreamFailure, PeerKilledMidStream) {
   }, milliseconds(60000), {1});
   EXPECT_EQ(fails, "");
   EXPECT_TRUE(pltest::leftover_segments(uid).empty()) << "segments left after a crash";
+}
+
+// The sender closes right after its sends completed (their bytes staged in the receiver's area): the
+// receiver still gets every message, and only a recv with nothing left to take reports the lost
+// peer. Before, each recv checked the peer first and failed although the bytes were there.
+TEST(StreamFailure, SenderClosedAfterItsSendsCompleted) {
+  const std::string uid = pltest::unique_test_id("sclosed");
+  std::string fails = run_ranks(2, [&](int rank) {
+    Communicator comm(uid, rank, 2, kHostDevice, quick(10000));
+    std::vector<char> b(1000);
+    if (rank == 1) {
+      for (int k = 0; k < 4; ++k) {  // four messages fit the staging ring: each send completes alone
+        pltest::fill_pattern(b.data(), b.size(), uint64_t(k) + 40);
+        comm.send(0, b.data(), b.size(), nullptr);
+        if (k == 0) comm.barrier();  // rank 0 took the first one (its channel is set up)
+      }
+      comm.barrier();
+      comm.close();
+      return;
+    }
+    comm.recv(1, b.data(), b.size(), nullptr);
+    MP_CHECK(pltest::check_pattern(b.data(), b.size(), 40) == SIZE_MAX);
+    comm.barrier();
+    comm.barrier();  // rank 1 sent the other three and closes now
+    std::this_thread::sleep_for(milliseconds(300));
+    for (int k = 1; k < 4; ++k) {
+      std::fill(b.begin(), b.end(), 0);
+      comm.recv(1, b.data(), b.size(), nullptr);
+      MP_CHECK_MSG(pltest::check_pattern(b.data(), b.size(), uint64_t(k) + 40) == SIZE_MAX, "message " << k);
+    }
+    auto t0 = steady_clock::now();
+    MP_CHECK_THROWS(comm.recv(1, b.data(), b.size(), nullptr), PeerLostError, "rank 1");
+    auto dt = duration_cast<milliseconds>(steady_clock::now() - t0).count();
+    MP_CHECK_MSG(dt < 1500, "noticed after " << dt << " ms");
+  }, milliseconds(30000));
+  EXPECT_EQ(fails, "");
+  EXPECT_TRUE(pltest::leftover_segments(uid).empty());
 }
 
 // A live peer that never posts the matching call: TimeoutError after Options::timeout, naming the
