@@ -112,11 +112,25 @@ void exchange_in_place(Communicator& comm, const Role& me, const char* what) {
   gpu::stream_destroy(s);
 }
 
-Options with_direct_min(size_t bytes) {
+// Ranks as threads of one process (devices 0, 1, 0, ...), each running exchange_in_place; zero-copy
+// from `direct_min` bytes (0: the default); with `apart`, rank 1 receives out of place.
+std::string in_one_process(const char* id, int ranks, size_t direct_min, bool apart, const char* what) {
+  const std::string uid = unique_test_id(id);
   Options o = opts();
-  o.stream_direct_min = bytes;
-  return o;
+  if (direct_min) o.stream_direct_min = direct_min;
+  return run_thread_ranks(
+      [&](int rank) {
+        const int dev = pltest::gpu_test_device(rank % 2);
+        gpu::set_device(dev);
+        Communicator comm(uid, rank, ranks, dev, o);
+        Role me{rank, ranks};
+        me.apart = apart && rank == 1;
+        exchange_in_place(comm, me, what);
+      },
+      milliseconds(ranks > 2 ? 400000 : 240000), ranks);
 }
+
+constexpr size_t kOneMB = size_t(1) << 20;
 
 }  // namespace
 
@@ -133,54 +147,25 @@ TEST(StreamGpuInPlace, BetweenProcesses) {
 
 TEST(StreamGpuInPlace, OneProcess) {
   REQUIRE_GPUS();
-  std::string uid = unique_test_id("sg-inplace1");
-  std::string fail = run_thread_ranks([&](int rank) {
-    gpu::set_device(pltest::gpu_test_device(rank));
-    Communicator comm(uid, rank, 2, pltest::gpu_test_device(rank), opts());
-    exchange_in_place(comm, Role{rank, 2}, "one process");
-  });
-  EXPECT_EQ(fail, "");
+  EXPECT_EQ(in_one_process("sg-inplace1", 2, 0, false, "one process"), "");
 }
 
 // Zero-copy from 1 MB: most sizes go the gated exchange (those that are not whole 16-byte vectors stay staged).
 TEST(StreamGpuInPlace, OneProcessZeroCopyFromOneMegabyte) {
   REQUIRE_GPUS();
-  std::string uid = unique_test_id("sg-inplace-zc");
-  std::string fail = run_thread_ranks([&](int rank) {
-    gpu::set_device(pltest::gpu_test_device(rank));
-    Communicator comm(uid, rank, 2, pltest::gpu_test_device(rank), with_direct_min(size_t(1) << 20));
-    exchange_in_place(comm, Role{rank, 2}, "zero-copy from 1 MB");
-  });
-  EXPECT_EQ(fail, "");
+  EXPECT_EQ(in_one_process("sg-inplace-zc", 2, kOneMB, false, "zero-copy from 1 MB"), "");
 }
 
 // Rank 1 receives out of place: rank 0's send opens gates without waiting for any, rank 1's waits
 // for rank 0's gates while reading a buffer nobody writes.
 TEST(StreamGpuInPlace, OneProcessOneSideApart) {
   REQUIRE_GPUS();
-  std::string uid = unique_test_id("sg-inplace-apart");
-  std::string fail = run_thread_ranks([&](int rank) {
-    gpu::set_device(pltest::gpu_test_device(rank));
-    Communicator comm(uid, rank, 2, pltest::gpu_test_device(rank), with_direct_min(size_t(1) << 20));
-    Role me{rank, 2};
-    me.apart = rank == 1;
-    exchange_in_place(comm, me, "one side apart");
-  });
-  EXPECT_EQ(fail, "");
+  EXPECT_EQ(in_one_process("sg-inplace-apart", 2, kOneMB, true, "one side apart"), "");
 }
 
 // A ring of three ranks (devices 0, 1, 0): each send's gates go to the rank it receives from, not
 // to the rank it sends to.
 TEST(StreamGpuInPlace, OneProcessRingOfThree) {
   REQUIRE_GPUS();
-  std::string uid = unique_test_id("sg-inplace-ring");
-  std::string fail = run_thread_ranks(
-      [&](int rank) {
-        const int dev = pltest::gpu_test_device(rank % 2);
-        gpu::set_device(dev);
-        Communicator comm(uid, rank, 3, dev, with_direct_min(size_t(1) << 20));
-        exchange_in_place(comm, Role{rank, 3}, "ring of three");
-      },
-      milliseconds(400000), 3);
-  EXPECT_EQ(fail, "");
+  EXPECT_EQ(in_one_process("sg-inplace-ring", 3, kOneMB, false, "ring of three"), "");
 }

@@ -17,21 +17,13 @@ TEST(MpCollSetupThreads, TwoCommunicatorsOfOneProcessSetUpConcurrently) {
   const std::string uid = pltest::unique_test_id("collsetup");
   Options o;
   o.timeout = std::chrono::milliseconds(10000);
-  std::string err[2];
   float out[2][64];
-  auto rank_main = [&](int r) {
-    try {
-      Communicator c(uid, r, 2, kHostDevice, o);
-      std::vector<float> in(64, static_cast<float>(r + 1));
-      allreduce(c, in.data(), out[r], 64, DataType::F32, ReduceOp::Sum);
-      c.barrier();
-    } catch (const std::exception& e) {
-      err[r] = e.what();
-    }
-  };
-  std::thread t1(rank_main, 1);
-  rank_main(0);
-  t1.join();
+  const auto err = pltest::run_thread_pair([&](int r) {
+    Communicator c(uid, r, 2, kHostDevice, o);
+    std::vector<float> in(64, static_cast<float>(r + 1));
+    allreduce(c, in.data(), out[r], 64, DataType::F32, ReduceOp::Sum);
+    c.barrier();
+  });
   EXPECT_EQ(err[0], "");
   EXPECT_EQ(err[1], "");
   EXPECT_EQ(out[0][63], 3.0f);

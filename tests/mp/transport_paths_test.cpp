@@ -110,20 +110,12 @@ TEST(MpTransportShares, RanksOfOneProcess) {
   const std::string uid = pltest::unique_test_id("shares");
   Options o;
   o.timeout = std::chrono::milliseconds(10000);
-  std::string err[2];
   bool shares[2] = {false, false};
-  auto rank_main = [&](int r) {
-    try {
-      Communicator c(uid, r, 2, kHostDevice, o);
-      shares[r] = c.shares_process(1 - r);
-      c.barrier();
-    } catch (const std::exception& e) {
-      err[r] = e.what();
-    }
-  };
-  std::thread t1(rank_main, 1);
-  rank_main(0);
-  t1.join();
+  const auto err = pltest::run_thread_pair([&](int r) {
+    Communicator c(uid, r, 2, kHostDevice, o);
+    shares[r] = c.shares_process(1 - r);
+    c.barrier();
+  });
   EXPECT_EQ(err[0], "");
   EXPECT_EQ(err[1], "");
   EXPECT_TRUE(shares[0]);

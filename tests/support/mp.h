@@ -2,6 +2,7 @@
 // reports which ranks failed and why. Children report through exceptions (MP_CHECK), since gtest
 // assertions in a child process do not reach the parent.
 #pragma once
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -60,6 +61,23 @@ inline std::string unique_test_id(const std::string& name) {
   const char* run = std::getenv("PEERLINK_TEST_RUN");
   std::string tag = run && *run ? std::string(run) : std::string("t");
   return tag + "-" + name + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+}
+
+// Ranks 0 and 1 as two threads of this process (rank 1 on a thread of its own): what each threw,
+// "" when nothing.
+inline std::array<std::string, 2> run_thread_pair(const std::function<void(int)>& fn) {
+  std::array<std::string, 2> err;
+  auto rank_main = [&](int r) {
+    try {
+      fn(r);
+    } catch (const std::exception& e) {
+      err[size_t(r)] = e.what();
+    }
+  };
+  std::thread t1(rank_main, 1);
+  rank_main(0);
+  t1.join();
+  return err;
 }
 
 struct RankOutcome {
