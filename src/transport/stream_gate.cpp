@@ -34,12 +34,6 @@ bool swap_fits(const DevOp& r, uint64_t chunk) {
          chunk >= 2 * kSwapUnit;
 }
 
-[[noreturn]] void too_many(int peer, uint64_t need) {
-  throw UnsupportedError(common::cat("in-place send/recv from rank ", peer, " in one group: ", need,
-                                     " chunks to order, at most ", kGateCap,
-                                     "; receive into another buffer or split the group"));
-}
-
 }  // namespace
 
 int gate_in_place(StreamLaunch& L, uint64_t chunk, uint64_t ll_max) {
@@ -71,7 +65,10 @@ int gate_in_place(StreamLaunch& L, uint64_t chunk, uint64_t ll_max) {
         continue;
       }
       const uint64_t n = raw_chunks(r.len, chunk, ll_max);
-      if (next + n > kGateCap) too_many(rc.peer, next + n);
+      if (next + n > kGateCap)
+        throw UnsupportedError(common::cat("in-place send/recv from rank ", rc.peer, " in one group: ", next + n,
+                                           " chunks to order, at most ", kGateCap,
+                                           "; receive into another buffer or split the group"));
       r.flags = kOpGated;  // staged: the kernel posts no address for it
       r.buf_id = uint32_t(next);
       s->flags = kOpGated;

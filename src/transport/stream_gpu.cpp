@@ -178,7 +178,7 @@ void StreamEngine::assign_blocks(StreamLaunch& L) const {
   L.nblocks = next;
   L.pdl = pdl_ ? 1 : 0;
   uint64_t largest = 0;
-  bool swap = false;  // an in-place zero-copy send holds a 64 KB unit in the registers of kStreamThreads
+  bool swap = false;  // an in-place zero-copy send holds two 32 KB units in the registers of kStreamThreads
   for (int c = 0; c < L.nch; ++c)
     for (int i = 0; i < L.ch[c].nops; ++i) {
       largest = std::max(largest, L.ops[L.ch[c].first_op + i].len);

@@ -33,7 +33,7 @@ namespace peerlink::stream {
 namespace {  // one translation unit includes this
 
 constexpr int kSwapVecs = 4;  // 16-byte registers per thread holding one unit (512 threads)
-static_assert(uint64_t(kSwapVecs) * 16 * kThreads == kSwapUnit, "a block of kThreads holds one unit");
+static_assert(uint64_t(kSwapVecs) * 16 * kThreads == kSwapUnit, "one register set of a block of kThreads holds one unit");
 
 __device__ __forceinline__ uint32_t swap_tag(uint64_t d) { return ll_flag(d); }
 
@@ -72,9 +72,10 @@ __device__ const volatile uint32_t* receiver_gates(const Ctx& x, uint64_t d, uin
   }
 }
 
-// Thread 0 of a send block with units of op to move: our gates (kOpGateZc) and their tag, the
-// paired recv's zero-copy message number. Its channel's counter is still the launch's start value:
-// the recv cannot finish (and its channel write the counter) before this block opened its units.
+// Thread 0 of a send block, at the start of op: our gates (kOpGateZc) and their tag, the paired
+// recv's zero-copy message number. Its channel's counter is still the launch's start value whenever
+// this block opens a unit with it: the recv cannot finish (and its channel write the counter) before
+// every unit was opened. (A block without units of op reads it and never uses it.)
 __device__ void our_gates(const Ctx& x, const DevOp& op, SwapGates* g) {
   if (!(op.flags & kOpGateZc)) {
     g->open = nullptr;
