@@ -56,6 +56,30 @@ struct ZcCopyArgs {
 };
 void launch_zc_copy(const ZcCopyArgs& c, void* stream);
 
+// Zero-copy broadcast on 3+ ranks (zc_relay.cpp): scatter, then all-gather, pipelined by chunks.
+// The root's buffer is cut into one part per non-root. The root copies part q into its owner's
+// recvbuf chunk by chunk, each chunk followed by a flag in that rank's inbox[1][chunk][root]
+// (the call's entry sequence number: no reset); a non-root forwards each chunk of its own part,
+// once its flag is there, from its recvbuf into every other non-root's. Every link then carries
+// about the buffer once (the plain push sends it world - 1 times out of the root).
+struct ZcRelayArgs {
+  int root = 0;
+  bool is_root = false;
+  int n = 0;                          // root: one copy per part; non-root: one per other non-root
+  const char* from[kMaxRanks] = {};   // non-root: every from[i] is its part in its own recvbuf
+  char* to[kMaxRanks] = {};           // in the peers' windows
+  int to_rank[kMaxRanks] = {};        // root: the rank that owns part i (gets its chunk flags)
+  size_t bytes[kMaxRanks] = {};
+  size_t chunk = 0;                   // bytes per flagged chunk, a multiple of 16; chunks <= kRelayMaxChunks
+  const char* own_from = nullptr;     // root out of place: its own copy
+  char* own_to = nullptr;
+  size_t own_bytes = 0;
+  int push_blocks = 1, own_blocks = 1, threads = 512;
+};
+constexpr size_t kRelayMaxChunks = 128;  // <= kMaxBlocks: chunk j's flag is inbox[1][j][root]
+static_assert(kRelayMaxChunks <= size_t(kMaxBlocks), "a relay chunk flag is an inbox block slot");
+void launch_zc_relay(const LaunchArgs& a, const ZcRelayArgs& r, void* stream);
+
 // Copy-engine path of reduce / reduce_scatter: out[i] = reduce(ins[0][i], .., ins[nin-1][i]) for
 // i < count (512 threads per block, `blocks` blocks of per_block elements, a multiple of 16 bytes).
 struct CeReduceArgs {

@@ -22,5 +22,8 @@ void launch_zc_pull(const CeReduceArgs&, void*) {
 void launch_zc_copy(const ZcCopyArgs&, void*) {
   throw UnsupportedError("collectives on a GPU: peerlink was built without CUDA or HIP");
 }
+void launch_zc_relay(const LaunchArgs&, const ZcRelayArgs&, void*) {
+  throw UnsupportedError("collectives on a GPU: peerlink was built without CUDA or HIP");
+}
 }  // namespace peerlink::coll
 #endif

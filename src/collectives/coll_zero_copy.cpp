@@ -27,6 +27,7 @@
 #include "collectives/coll_state.h"
 #include "collectives/host_sync.h"
 #include "collectives/reduce_ops.h"
+#include "collectives/zc_relay.h"
 #include "common/log.h"
 #include "gpu/runtime.h"
 #include "peerlink/errors.h"
@@ -155,12 +156,11 @@ void host_reduce(int dtype, int op, const Pull& pl, int n) {
     throw InvalidArgument(cat("zero-copy collective: unknown dtype code ", dtype, " or op code ", op));
 }
 
-// `bad`: this rank's own pushes would leave a peer's window; it still takes part in the entry step
+// Host backend. Entry: `bad` (this rank's own copies would leave a peer's window) still takes part
 // with a tag no rank can match, so every rank learns of the violation in this call.
-void host_run(CollState& st, uint64_t tag, const Push* push, const Push& own, const Pull& pull, int dtype, int op,
-              const std::string& bad) {
+void host_enter(CollState& st, uint64_t tag, const std::string& bad) {
   const char* what = "zero-copy collective";
-  uint64_t seq = ++st.host_seq;
+  const uint64_t seq = ++st.host_seq;
   const uint64_t t = zc_step_tag(tag, seq);
   for (int p = 0; p < st.world; ++p)
     if (p != st.rank) __atomic_store_n(&st.flags[p]->zc_tag[st.rank], bad.empty() ? t : ~t, __ATOMIC_RELAXED);
@@ -173,6 +173,17 @@ void host_run(CollState& st, uint64_t tag, const Push* push, const Push& own, co
       throw InvalidArgument(cat(what, " (rank ", st.rank, "): rank ", p, " passed a recvbuf at another offset of the "
                                 "window, another window or another shape (every rank must pass the same window offset)"));
   }
+}
+// A step with no data: every rank's copies before it landed, its reads are done.
+void host_step(CollState& st) {
+  const uint64_t seq = ++st.host_seq;
+  host_signal(st, 0, seq);
+  host_wait_all(st, 0, seq, "zero-copy collective");
+}
+
+void host_run(CollState& st, uint64_t tag, const Push* push, const Push& own, const Pull& pull, int dtype, int op,
+              const std::string& bad) {
+  host_enter(st, tag, bad);
   for (int p = 0; p < st.world; ++p) {
     if (!push[p].bytes) continue;
     if (push[p].local) std::swap_ranges(push[p].local, push[p].local + push[p].bytes, push[p].to);
@@ -180,9 +191,21 @@ void host_run(CollState& st, uint64_t tag, const Push* push, const Push& own, co
   }
   if (own.bytes && own.to != own.from) std::memmove(own.to, own.from, own.bytes);
   if (pull.count) host_reduce(dtype, op, pull, st.world);
-  seq = ++st.host_seq;
-  host_signal(st, 0, seq);  // our pushes landed, our reads of the peers' sendbufs are done
-  host_wait_all(st, 0, seq, what);
+  host_step(st);  // our pushes landed, our reads of the peers' sendbufs are done
+}
+
+// The relay broadcast (zc_relay.h) on the host: the scatter, a step, the forwards, a step (the
+// GPU overlaps the two by chunk flags; the host runs them one after the other, same copies).
+void host_relay(CollState& st, uint64_t tag, const ZcRelayArgs& r, const std::string& bad) {
+  host_enter(st, tag, bad);
+  if (r.is_root) {
+    for (int i = 0; i < r.n; ++i) std::memcpy(r.to[i], r.from[i], r.bytes[i]);
+    if (r.own_bytes) std::memcpy(r.own_to, r.own_from, r.own_bytes);
+  }
+  host_step(st);
+  if (!r.is_root)
+    for (int i = 0; i < r.n; ++i) std::memcpy(r.to[i], r.from[i], r.bytes[i]);
+  host_step(st);
 }
 
 // Grid of the copy kernel: push blocks x threads (Options::allreduce_blocks / allreduce_threads
@@ -270,6 +293,34 @@ void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, 
   launch_ce_step(a, false, A);
 }
 
+// A call whose copies would leave a peer's window: no copy is enqueued; the entry step alone runs,
+// with a tag no peer matches, so the peers' kernels record the mismatch (and skip their exit wait)
+// instead of waiting for us. Throws InvalidArgument.
+[[noreturn]] void refuse(CollState& st, uint64_t tag, const std::string& bad, void* stream) {
+  gpu::DeviceGuard dg(st.device);
+  LaunchArgs a;
+  fill_state_args(st, a);
+  a.blocks = 1;
+  launch_zc_step(a, ~tag, stream);
+  st.broken = std::make_exception_ptr(InvalidArgument(cat(bad, "; this communicator's collectives are unusable")));
+  throw InvalidArgument(bad);
+}
+
+// The relay broadcast on the GPU: entry step | relay kernel (zc_kernels.cu) | exit step.
+constexpr int kRelayPushBlocks = 64;
+void device_relay(CollState& st, uint64_t tag, ZcRelayArgs r, void* stream) {
+  gpu::DeviceGuard dg(st.device);
+  LaunchArgs a;
+  fill_state_args(st, a);
+  a.blocks = 1;
+  launch_zc_step(a, tag, stream);
+  r.threads = st.threads > 0 ? st.threads : kZcThreads;
+  r.push_blocks = st.blocks_override > 0 ? std::min(st.blocks_override, kMaxBlocks - kZcOwnBlocks) : kRelayPushBlocks;
+  r.own_blocks = kZcOwnBlocks;
+  launch_zc_relay(a, r, stream);
+  launch_ce_step(a, false, stream);
+}
+
 }  // namespace
 
 void zc_collective(CollState& st, const CollDesc& d, int dtype, int op, const Window& w, const void* src, void* dst,
@@ -284,22 +335,20 @@ void zc_collective(CollState& st, const CollDesc& d, int dtype, int op, const Wi
   const char* s = static_cast<const char*>(src);
   char* t = static_cast<char*>(dst);
   const bool red = reducing(d.kind), swap = d.kind == kAllToAll && s == t;
+  if (relay_kind(d)) {
+    ZcRelayArgs r;
+    const std::string bad = relay_plan(d, w, s, t, &r);
+    const uint64_t tag = call_tag(d, w, size_t(t - w.base), false);
+    if (st.host) return host_relay(st, tag, r, bad);
+    if (!bad.empty()) return refuse(st, tag, bad, stream);
+    return device_relay(st, tag, r, stream);
+  }
   const std::string bad = red ? plan_pull(d, w, s, t, &pull) : plan(d, w, s, t, push, &own);
   if (swap && bad.empty()) as_swaps(d, t, push);
   // The window holds recvbuf (moving kinds) or sendbuf (reducing kinds): its offset is in the tag.
   const uint64_t tag = call_tag(d, w, size_t((red ? s : t) - w.base), swap) ^ uint64_t(op);
   if (st.host) return host_run(st, tag, push, own, pull, dtype, op, bad);
-  if (!bad.empty()) {
-    // No copy is enqueued; the entry step alone runs, with a tag no peer matches, so the peers'
-    // kernels record the mismatch (and skip their exit wait) instead of waiting for us.
-    gpu::DeviceGuard dg(st.device);
-    LaunchArgs a;
-    fill_state_args(st, a);
-    a.blocks = 1;
-    launch_zc_step(a, ~tag, stream);
-    st.broken = std::make_exception_ptr(InvalidArgument(cat(bad, "; this communicator's collectives are unusable")));
-    throw InvalidArgument(bad);
-  }
+  if (!bad.empty()) return refuse(st, tag, bad, stream);
   device_run(st, tag, push, own, pull, swap, dtype, op, stream);
 }
 

@@ -118,17 +118,138 @@ __device__ __forceinline__ void swap_bytes(char* x, char* y, size_t n, size_t t,
              stride);
 }
 
-// Blocks [0, push_blocks) stride over the pushes (remote, over the link), blocks [push_blocks,
-// gridDim.x) over this rank's own piece (local memory), so the two run side by side.
+// Blocks [0, push_blocks) take the pushes (remote, over the link), blocks [push_blocks, gridDim.x)
+// this rank's own piece (local memory), so the two run side by side. The push blocks are dealt out
+// over the copies (block b takes copy b % n), so a rank writes every peer at once: when every
+// block strode over copy 0 first, every rank's copy 0 went to rank 0 (or rank 1) at the same time,
+// and 4x H200 all_gather 128 MB took 465 us against NCCL's 300 (session 22 call 1).
 __global__ void __launch_bounds__(1024) coll_zc_copy_kernel(ZcCopyArgs c) {
   const bool own = int(blockIdx.x) >= c.push_blocks;
-  const int b = own ? int(blockIdx.x) - c.push_blocks : int(blockIdx.x);
-  const int nb = own ? int(gridDim.x) - c.push_blocks : c.push_blocks;
+  int b = own ? int(blockIdx.x) - c.push_blocks : int(blockIdx.x);
+  int nb = own ? int(gridDim.x) - c.push_blocks : c.push_blocks;
+  if (own) {
+    const size_t t = size_t(b) * blockDim.x + threadIdx.x, stride = size_t(nb) * blockDim.x;
+    return copy_bytes(c.own_to, c.own_from, c.own_bytes, t, stride);
+  }
+  int i0 = 0, i1 = c.n;
+  if (c.n > 1 && c.push_blocks >= c.n) {  // one copy per block
+    i0 = b % c.n;
+    i1 = i0 + 1;
+    nb = (c.push_blocks - i0 + c.n - 1) / c.n;
+    b /= c.n;
+  }
   const size_t t = size_t(b) * blockDim.x + threadIdx.x, stride = size_t(nb) * blockDim.x;
-  if (own) return copy_bytes(c.own_to, c.own_from, c.own_bytes, t, stride);
-  for (int i = 0; i < c.n; ++i) {
+  for (int i = i0; i < i1; ++i) {
     if (c.swap) swap_bytes(c.local[i], c.to[i], c.bytes[i], t, stride);
     else copy_bytes(c.to[i], c.from[i], c.bytes[i], t, stride);
+  }
+}
+
+// ---- the relay (broadcast on 3+ ranks; coll_launch.h, ZcRelayArgs) ----------------------------
+// s (n bytes) into to[i] + off for every i < nd, each unit loaded once: four 16-byte loads in
+// flight per thread, as copy_units.
+template <typename V>
+__device__ __forceinline__ void fan_units(char* const* to, int nd, size_t off, const V* s, size_t n, size_t t,
+                                          size_t stride) {
+  size_t k = t;
+  for (; k + 3 * stride < n; k += 4 * stride) {
+    V a0 = s[k], a1 = s[k + stride], a2 = s[k + 2 * stride], a3 = s[k + 3 * stride];
+    for (int i = 0; i < nd; ++i) {
+      V* d = reinterpret_cast<V*>(to[i] + off);
+      d[k] = a0;
+      d[k + stride] = a1;
+      d[k + 2 * stride] = a2;
+      d[k + 3 * stride] = a3;
+    }
+  }
+  for (; k < n; k += stride) {
+    const V v = s[k];
+    for (int i = 0; i < nd; ++i) reinterpret_cast<V*>(to[i] + off)[k] = v;
+  }
+}
+__device__ void fan_bytes(char* const* to, int nd, size_t off, const char* s, size_t n) {
+  const size_t t = threadIdx.x, stride = blockDim.x;
+  uintptr_t al = reinterpret_cast<uintptr_t>(s);
+  for (int i = 0; i < nd; ++i) al |= reinterpret_cast<uintptr_t>(to[i] + off);
+  size_t done = 0;
+  if ((al & 15) == 0) {
+    done = n / 16 * 16;
+    fan_units(to, nd, off, reinterpret_cast<const uint4*>(s), n / 16, t, stride);
+  } else if ((al & 7) == 0) {
+    done = n / 8 * 8;
+    fan_units(to, nd, off, reinterpret_cast<const uint64_t*>(s), n / 8, t, stride);
+  }
+  fan_units(to, nd, off + done, reinterpret_cast<const unsigned char*>(s) + done, n - done, t, stride);
+}
+
+// Thread 0 waits for the root's flag of chunk j (>= seq, the call's entry sequence number), then
+// the block reads the chunk. False when the wait ran out (recorded) or the pair aborted.
+__device__ bool wait_chunk(const LaunchArgs& a, int root, size_t j, uint64_t seq) {
+  __shared__ int s_ok;
+  if (threadIdx.x == 0) {
+    volatile uint64_t* f = &a.flags[a.rank]->inbox[1][j][root];
+    volatile uint32_t* abort = &a.flags[a.rank]->abort;
+    int ok = 1;
+    if (*f < seq) {
+      const uint64_t t0 = now_ns();
+      for (uint32_t spins = 1; *f < seq; ++spins) {
+        if ((spins & 255) != 0) continue;
+        if (*abort) {
+          ok = 0;
+          break;
+        }
+        if (now_ns() - t0 > a.timeout_ns) {
+          report_timeout(a, root);
+          ok = 0;
+          break;
+        }
+      }
+    }
+    fence_acquire();
+    s_ok = ok;
+  }
+  __syncthreads();
+  const int ok = s_ok;
+  __syncthreads();  // read by all before thread 0 may rewrite it for the next chunk
+  return ok != 0;
+}
+
+// The root: block b takes units u = b, b + push_blocks, ... in chunk-major order (chunk u / n of
+// copy u % n), so every part advances together; after each unit thread 0 flags the chunk in the
+// part owner's inbox (a system-scope release after the barrier that follows the block's stores).
+// A non-root: block b forwards chunks j = b, b + push_blocks, ... of its part as their flags come.
+// Blocks from push_blocks: the root's own copy (out of place). Counters are not advanced: the
+// entry step's kernel_end set them to seq, and the exit step takes the next one.
+__global__ void __launch_bounds__(1024) coll_zc_relay_kernel(LaunchArgs a, ZcRelayArgs r) {
+  uint64_t seq;
+  if (!kernel_begin(a, seq)) return;
+  const int b = int(blockIdx.x);
+  if (b >= r.push_blocks) {
+    const size_t t = size_t(b - r.push_blocks) * blockDim.x + threadIdx.x;
+    return copy_bytes(r.own_to, r.own_from, r.own_bytes, t, size_t(gridDim.x - r.push_blocks) * blockDim.x);
+  }
+  const size_t C = r.chunk;
+  if (r.is_root) {
+    size_t m = 0;
+    for (int i = 0; i < r.n; ++i) m = (r.bytes[i] + C - 1) / C > m ? (r.bytes[i] + C - 1) / C : m;
+    for (size_t u = size_t(b); u < m * size_t(r.n); u += size_t(r.push_blocks)) {
+      const int i = int(u % size_t(r.n));
+      const size_t j = u / size_t(r.n), off = j * C;
+      if (off >= r.bytes[i]) continue;
+      copy_bytes(r.to[i] + off, r.from[i] + off, r.bytes[i] - off < C ? r.bytes[i] - off : C, threadIdx.x, blockDim.x);
+      __syncthreads();
+      if (threadIdx.x == 0) flag_store_release(&a.flags[r.to_rank[i]]->inbox[1][j][a.rank], seq);
+    }
+    return;
+  }
+  if (r.n == 0) return;
+  char* to[kMaxRanks];
+  for (int i = 0; i < r.n; ++i) to[i] = r.to[i];
+  const size_t m = (r.bytes[0] + C - 1) / C;
+  for (size_t j = size_t(b); j < m; j += size_t(r.push_blocks)) {
+    if (!wait_chunk(a, r.root, j, seq)) return;
+    const size_t off = j * C;
+    fan_bytes(to, r.n, off, r.from[0] + off, r.bytes[0] - off < C ? r.bytes[0] - off : C);
   }
 }
 
@@ -237,6 +358,19 @@ void launch_zc_step(const LaunchArgs& a, uint64_t call_tag, void* stream) {
     throw InvalidArgument(common::cat("collective zero-copy step: world ", a.world, " (2..", kMaxRanks, ")"));
   gpu::dev::launch(coll_zc_step_kernel, 1u, unsigned(kWarpSize), static_cast<DevStream>(stream), false, a, call_tag);
   gpu::dev::check_launch("collective zero-copy step launch");
+}
+
+void launch_zc_relay(const LaunchArgs& a, const ZcRelayArgs& r, void* stream) {
+  const int grid = r.push_blocks + (r.own_bytes ? r.own_blocks : 0);
+  bool ok = r.n >= 0 && r.n < kMaxRanks && r.push_blocks >= 1 && r.own_blocks >= 1 && grid <= kMaxBlocks &&
+            r.threads >= kWarpSize && r.threads <= 1024 && r.chunk >= 16 && r.chunk % 16 == 0;
+  for (int i = 0; ok && i < r.n; ++i) ok = (r.bytes[i] + r.chunk - 1) / r.chunk <= kRelayMaxChunks;
+  if (!ok)
+    throw InvalidArgument(common::cat("collective zero-copy relay: ", r.n, " copies, ", r.push_blocks, " + ",
+                                      r.own_blocks, " blocks of ", r.threads, " threads, chunk ", r.chunk));
+  gpu::dev::launch(coll_zc_relay_kernel, unsigned(grid), unsigned(r.threads), static_cast<DevStream>(stream), false, a,
+                   r);
+  gpu::dev::check_launch("collective zero-copy relay launch");
 }
 
 void launch_zc_copy(const ZcCopyArgs& c, void* stream) {
