@@ -350,6 +350,15 @@ void launch_ce_reduce(const CeReduceArgs& r, void* stream) {
   gpu::dev::check_launch("collective copy-engine reduce launch");
 }
 
+void preload_ce_kernels() {
+  gpu::dev::preload(coll_ce_step_kernel);
+  for (int t = kF32; t <= kI64; ++t)
+    with_type(t, [&](auto ty) {
+      for (int o = kOpSum; o <= kOpProd; ++o)
+        with_op(o, [&](auto op) { gpu::dev::preload(coll_ce_reduce_kernel<decltype(ty), decltype(op)::value>); });
+    });
+}
+
 void launch_ce_step(const LaunchArgs& a, bool entry, void* stream) {
   if (a.world < 2 || a.world > kMaxRanks)
     throw InvalidArgument(common::cat("collective copy-engine step: world ", a.world, " (2..", kMaxRanks, ")"));

@@ -94,6 +94,11 @@ void launch_ce_reduce(const CeReduceArgs& r, void* stream);
 // inputs read with several 16-byte loads in flight per thread (peers' sendbufs over the link).
 void launch_zc_pull(const CeReduceArgs& r, void* stream);
 
+// Loads, on the current device, every kernel that a call launches after a kernel of the same call
+// that waits for the peers (the copy-engine and zero-copy paths' copies, reductions and exit
+// steps): gpu::dev::preload says why. Called once per communicator at setup.
+void preload_multi_kernel_paths();
+
 struct CollState;
 // Enqueues a collective other than all_to_all_v (d.kind) on `stream` through the copy engines
 // (reducing kinds: copies in, a reduction kernel per step on the receiver).

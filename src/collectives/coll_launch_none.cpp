@@ -22,6 +22,7 @@ void launch_zc_pull(const CeReduceArgs&, void*) {
 void launch_zc_copy(const ZcCopyArgs&, void*) {
   throw UnsupportedError("collectives on a GPU: peerlink was built without CUDA or HIP");
 }
+void preload_multi_kernel_paths() {}
 void launch_zc_relay(const LaunchArgs&, const ZcRelayArgs&, void*) {
   throw UnsupportedError("collectives on a GPU: peerlink was built without CUDA or HIP");
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "collectives/coll_launch.h"
 #include "collectives/device_launch.h"
 #include "collectives/setup_record.h"
 #include "gpu/runtime.h"
@@ -205,6 +206,7 @@ CollState& coll_state(Communicator& comm) {
       st->ce_lanes = opts.coll_ce_lanes;
       for (int l = 0; l < st->ce_lanes; ++l) st->ce_streams[l] = gpu::StreamOwner::create(st->device);
       for (auto& e : st->ce_events) e = gpu::EventOwner::create(st->device);
+      preload_multi_kernel_paths();  // no lazy load inside a call that already waits (gpu::dev::preload)
     }
     st->data[st->rank] = static_cast<char*>(be.alloc(st->layout.total()));
     if (!st->host) {  // LL lines must start invalid (zero flags); zero everything once

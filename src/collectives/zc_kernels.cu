@@ -337,6 +337,20 @@ __global__ void __launch_bounds__(1024) coll_zc_pull_kernel(CeReduceArgs r) {
 
 }  // namespace
 
+void preload_ce_kernels();  // coll_kernels.cu
+
+void preload_multi_kernel_paths() {
+  preload_ce_kernels();
+  gpu::dev::preload(coll_zc_step_kernel);
+  gpu::dev::preload(coll_zc_copy_kernel);
+  gpu::dev::preload(coll_zc_relay_kernel);
+  for (int t = kF32; t <= kI64; ++t)
+    with_type(t, [&](auto ty) {
+      for (int o = kOpSum; o <= kOpProd; ++o)
+        with_op(o, [&](auto op) { gpu::dev::preload(coll_zc_pull_kernel<decltype(ty), decltype(op)::value>); });
+    });
+}
+
 void launch_zc_pull(const CeReduceArgs& r, void* stream) {
   if (r.nin < 1 || r.nin > kMaxRanks || r.blocks < 1 || r.blocks > kMaxBlocks || r.per_block == 0)
     throw InvalidArgument(common::cat("collective zero-copy pull: ", r.nin, " inputs, ", r.blocks, " blocks, ",

@@ -142,6 +142,23 @@ inline void launch(void (*kernel)(Params...), unsigned grid, unsigned block, rt:
   kernel<<<grid, block, 0, stream>>>(static_cast<Args&&>(args)...);
 }
 
+// Loads `kernel` into the current device's context now (CUDA; HIP loads its code objects whole).
+// Under lazy loading (the default from CUDA 12.2) a kernel's first launch may synchronize the
+// context. A collective that launches several kernels per call (an entry step that waits for the
+// peers, then copies, then an exit step) would then wait for its own entry step, which waits for
+// the peers' calls that the same host thread issues next (nccl-tests -g 2: one thread, several
+// devices): 2x H200, broadcast_perf -g 2 -R 2 -b 2M, the first zero-copy call timed out (session 22
+// call 4). Loading such kernels when the communicator is set up takes that sync out of the calls.
+template <typename... Params>
+inline void preload(void (*kernel)(Params...)) {
+#if !defined(PEERLINK_HIP)
+  cudaFuncAttributes attr;
+  rt::check(cudaFuncGetAttributes(&attr, kernel), "cudaFuncGetAttributes");
+#else
+  (void)kernel;
+#endif
+}
+
 // Throws GpuError when a preceding <<<>>> launch on this thread failed; `what` names the launch
 // ("allreduce kernel launch") and becomes the GpuError's call.
 inline void check_launch(const char* what) { rt::check(rt::GetLastError(), what); }
