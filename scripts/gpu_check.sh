@@ -91,8 +91,11 @@ fi
 if has stream && [ -f scripts/gpu_stream.sh ]; then  # stream-ordered send/recv: gtests, racecheck, bench vs NCCL
   run_step stream ${STREAM_SECS:-420} env STREAM_STEPS="${STREAM_STEPS:-}" bash scripts/gpu_stream.sh "$R/stream" "$BUILD"
 fi
-if has colls; then  # the other collectives: GPU tests (2 ranks; 4 ranks on 2 GPUs), peerlink vs NCCL per op
-  PEERLINK_TEST_GPUS=2 run_step colls_gtest 240 $T --gtest_filter='CollectivesGpu.*'
+if has colls; then  # the other collectives: GPU tests (2 ranks; 4 ranks on 2 GPUs; 4 GPUs), peerlink vs NCCL per op
+  PEERLINK_TEST_GPUS=2 run_step colls_gtest 300 $T --gtest_filter='CollectivesGpu.*:CollZcGpu.*:CollCeGpu.*:CollOneThreadGpu.*'
+  # One rank per GPU on 3+ GPUs: the relay broadcast and the pushes dealt over peers (zc_kernels.cu)
+  [ "$NGPU" -ge 4 ] && PEERLINK_TEST_GPUS=4 PEERLINK_TEST_DEVICES=0,1,2,3 \
+    run_step colls_gtest_4gpu 300 $T --gtest_filter='CollectivesGpu.*:CollZcGpu.*:CollCeGpu.*'
   PEERLINK_TEST_GPUS=2 PEERLINK_TEST_DEVICES=0,1,0,1 run_step colls_gtest4 240 $T --gtest_filter='CollectivesGpu.*'
   [ "${COLLS8:-1}" = 1 ] && PEERLINK_TEST_GPUS=2 PEERLINK_TEST_DEVICES=0,1,0,1,0,1,0,1 \
     run_step colls_gtest8 300 $T --gtest_filter='CollectivesGpu.*'  # 8 ranks, 4 processes per GPU (issue 14)
