@@ -85,7 +85,9 @@ void check_device_error(coll::CollState& st) {
             "unusable")));
     std::rethrow_exception(st.broken);
   }
-  std::string what = cat("allreduce on device ", st.svc->device(), " (rank ", st.rank, "): a kernel waited longer than ",
+  // The error word is the communicator's, shared by every collective, and read by the next call of
+  // any of them: the message names no one operation (it said "allreduce" after a broadcast's wait).
+  std::string what = cat("collective on device ", st.svc->device(), " (rank ", st.rank, "): a kernel waited longer than ",
                          st.svc->options().timeout.count(), " ms for rank ", peer,
                          "; this communicator's collectives are unusable");
   try {
