@@ -187,26 +187,9 @@ __device__ void fan_bytes(char* const* to, int nd, size_t off, const char* s, si
 __device__ bool wait_chunk(const LaunchArgs& a, int root, size_t j, uint64_t seq) {
   __shared__ int s_ok;
   if (threadIdx.x == 0) {
-    volatile uint64_t* f = &a.flags[a.rank]->inbox[1][j][root];
-    volatile uint32_t* abort = &a.flags[a.rank]->abort;
-    int ok = 1;
-    if (*f < seq) {
-      const uint64_t t0 = now_ns();
-      for (uint32_t spins = 1; *f < seq; ++spins) {
-        if ((spins & 255) != 0) continue;
-        if (*abort) {
-          ok = 0;
-          break;
-        }
-        if (now_ns() - t0 > a.timeout_ns) {
-          report_timeout(a, root);
-          ok = 0;
-          break;
-        }
-      }
-    }
+    const bool ok = wait_flag_ge(a, &a.flags[a.rank]->inbox[1][j][root], seq, root);
     fence_acquire();
-    s_ok = ok;
+    s_ok = ok ? 1 : 0;
   }
   __syncthreads();
   const int ok = s_ok;
