@@ -13,6 +13,19 @@
 
 using namespace peerlink::coll;
 
+namespace {
+CollDesc broadcast_desc(int rank, int world, int root, size_t elem, size_t count) {
+  CollDesc d;
+  d.kind = kBroadcast;
+  d.rank = rank;
+  d.world = world;
+  d.root = root;
+  d.elem = elem;
+  d.count = count;
+  return d;
+}
+}  // namespace
+
 TEST(ZcRelay, SplitCoversTheBufferInFewEnoughChunks) {
   for (int world = 3; world <= kMaxRanks; ++world) {
     for (size_t bytes : {size_t(1), size_t(15), size_t(16), size_t(4097), size_t(1) << 20, (size_t(128) << 20) + 6,
@@ -41,13 +54,7 @@ TEST(ZcRelay, PlansOfAllRanksWriteEveryNonRootOnce) {
   for (int r = 0; r < world; ++r) {
     Window& mine = w;  // (not copyable: it owns the mappings)
     mine.base = w.peer_base[r];
-    CollDesc d;
-    d.kind = kBroadcast;
-    d.rank = r;
-    d.world = world;
-    d.root = root;
-    d.elem = elem;
-    d.count = count;
+    const CollDesc d = broadcast_desc(r, world, root, elem, count);
     ZcRelayArgs a;
     char* dst = mine.base + off;
     ASSERT_EQ(relay_plan(d, mine, r == root ? dst : nullptr, dst, &a), "");
@@ -79,13 +86,7 @@ TEST(ZcRelay, AWindowTooSmallIsRefusedWithNothingPlanned) {
   }
   w.peer_bytes[1] = 1000;  // rank 1 registered less
   w.base = w.peer_base[0];
-  CollDesc d;
-  d.kind = kBroadcast;
-  d.rank = 0;
-  d.world = 3;
-  d.root = 0;
-  d.elem = 1;
-  d.count = 4096;
+  const CollDesc d = broadcast_desc(0, 3, 0, 1, 4096);
   ZcRelayArgs a;
   const std::string e = relay_plan(d, w, w.base, w.base, &a);
   EXPECT_NE(e.find("rank 1's window 9 has 1000 bytes"), std::string::npos) << e;
