@@ -83,10 +83,10 @@ std::string plan(const CollDesc& d, const Window& w, const char* src, char* dst,
     at.rank = p;
     Piece rp = recv_piece(at, d.rank);
     const size_t lo = dst_off + rp.dst_off * e, bytes = sp.count * e;
-    if (lo > w.peer_bytes[p] || bytes > w.peer_bytes[p] - lo)
-      return cat("zero-copy collective (rank ", d.rank, "): rank ", p, "'s window ", w.id, " has ", w.peer_bytes[p],
-                 " bytes; this call would write [", lo, ", +", bytes, ") of it (recvbuf at offset ", dst_off,
-                 " of window ", w.id, " here); nothing was written");
+    const std::string why = w.outside(p, lo, bytes, "write");
+    if (!why.empty())
+      return cat("zero-copy collective (rank ", d.rank, "): ", why, " (recvbuf at offset ", dst_off, " of window ", w.id,
+                 " here); nothing was written");
     out[p] = Push{w.peer_base[p] + lo, src + sp.src_off * e, bytes};
   }
   return {};
@@ -130,10 +130,10 @@ std::string plan_pull(const CollDesc& d, const Window& w, const char* src, char*
       pl->ins[r] = src + rp.src_off * e;
       continue;
     }
-    if (lo > w.peer_bytes[r] || bytes > w.peer_bytes[r] - lo)
-      return cat("zero-copy collective (rank ", d.rank, "): rank ", r, "'s window ", w.id, " has ", w.peer_bytes[r],
-                 " bytes; this call would read [", lo, ", +", bytes, ") of it (sendbuf at offset ", src_off,
-                 " of window ", w.id, " here); nothing was written");
+    const std::string why = w.outside(r, lo, bytes, "read");
+    if (!why.empty())
+      return cat("zero-copy collective (rank ", d.rank, "): ", why, " (sendbuf at offset ", src_off, " of window ", w.id,
+                 " here); nothing was written");
     pl->ins[r] = w.peer_base[r] + lo;
   }
   pl->out = dst + rp.dst_off * e;
@@ -208,6 +208,14 @@ void host_relay(CollState& st, uint64_t tag, const ZcRelayArgs& r, const std::st
   host_step(st);
 }
 
+// The flag steps' arguments (entry and exit: one block of the shared protocol).
+LaunchArgs step_args(const CollState& st) {
+  LaunchArgs a;
+  fill_state_args(st, a);
+  a.blocks = 1;
+  return a;
+}
+
 // Grid of the copy kernel: push blocks x threads (Options::allreduce_blocks / allreduce_threads
 // override them), plus own-piece blocks. 2x H200, bf16, graph, zero-copy forced, us at 16 / 64 /
 // 256 MB (session 11 call 2): all_gather 16x512 32.6/109.1/414.2, 32x512 32.4/104.4/385.4,
@@ -220,9 +228,7 @@ constexpr int kZcPushBlocks = 64, kZcOwnBlocks = 16, kZcThreads = 512;
 void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, const Pull& pull, bool swap, int dtype,
                 int op, void* stream) {
   gpu::DeviceGuard dg(st.device);
-  LaunchArgs a;
-  fill_state_args(st, a);
-  a.blocks = 1;
+  const LaunchArgs a = step_args(st);
   const bool own_copy = own.bytes && own.to != own.from;
   gpu::Stream A = stream;
   launch_zc_step(a, tag, A);
@@ -298,9 +304,7 @@ void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, 
 // instead of waiting for us. Throws InvalidArgument.
 [[noreturn]] void refuse(CollState& st, uint64_t tag, const std::string& bad, void* stream) {
   gpu::DeviceGuard dg(st.device);
-  LaunchArgs a;
-  fill_state_args(st, a);
-  a.blocks = 1;
+  const LaunchArgs a = step_args(st);
   launch_zc_step(a, ~tag, stream);
   st.broken = std::make_exception_ptr(InvalidArgument(cat(bad, "; this communicator's collectives are unusable")));
   throw InvalidArgument(bad);
@@ -310,9 +314,7 @@ void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, 
 constexpr int kRelayPushBlocks = 64;
 void device_relay(CollState& st, uint64_t tag, ZcRelayArgs r, void* stream) {
   gpu::DeviceGuard dg(st.device);
-  LaunchArgs a;
-  fill_state_args(st, a);
-  a.blocks = 1;
+  const LaunchArgs a = step_args(st);
   launch_zc_step(a, tag, stream);
   r.threads = st.threads > 0 ? st.threads : kZcThreads;
   r.push_blocks = st.blocks_override > 0 ? std::min(st.blocks_override, kMaxBlocks - kZcOwnBlocks) : kRelayPushBlocks;

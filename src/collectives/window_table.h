@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "collectives/layout.h"
@@ -39,6 +40,10 @@ struct Window {
   char* peer_base[kMaxRanks] = {};  // [rank]: that rank's range, mapped here ([own] = base)
   size_t peer_bytes[kMaxRanks] = {};
   PeerMapping maps[kMaxRanks];
+  // "" when [at, +len) of rank `peer`'s range lies inside what that rank registered; else why not,
+  // naming the window and the range (`verb`: "write" or "read"). The zero-copy paths check every
+  // range with it before anything moves.
+  std::string outside(int peer, size_t at, size_t len, const char* verb) const;
   bool contains(const void* p, size_t n) const {
     auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(base);
     return a >= b && a - b <= bytes && n <= bytes - (a - b);

@@ -33,14 +33,12 @@ std::string relay_plan(const CollDesc& d, const Window& w, const char* src, char
   std::string bad;
   auto target = [&](int p, size_t lo, size_t len) -> char* {  // [lo, +len) of rank p's recvbuf
     const size_t at = dst_off + lo;
-    if (at > w.peer_bytes[p] || len > w.peer_bytes[p] - at) {
-      if (bad.empty())
-        bad = common::cat("zero-copy broadcast (rank ", d.rank, "): rank ", p, "'s window ", w.id, " has ",
-                          w.peer_bytes[p], " bytes; this call would write [", at, ", +", len, ") of it (recvbuf at offset ",
-                          dst_off, " of window ", w.id, " here); nothing was written");
-      return nullptr;
-    }
-    return w.peer_base[p] + at;
+    const std::string why = w.outside(p, at, len, "write");
+    if (why.empty()) return w.peer_base[p] + at;
+    if (bad.empty())
+      bad = common::cat("zero-copy broadcast (rank ", d.rank, "): ", why, " (recvbuf at offset ", dst_off, " of window ",
+                        w.id, " here); nothing was written");
+    return nullptr;
   };
   *r = ZcRelayArgs{};
   r->root = d.root;
