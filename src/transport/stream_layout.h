@@ -109,6 +109,13 @@ constexpr uint32_t kGateCap = 8192;
 // kSwapGateCap units per recv channel and launch (512 MB).
 constexpr uint64_t kSwapUnit = 32 << 10;
 constexpr uint32_t kSwapGateCap = 16384;
+// From this many bytes a block's next unit is loaded and opened before its current unit is stored,
+// instead of being loaded while the current one is stored (stream_swap_device.h). 2x H200,
+// sendrecv_perf -g 2 -G 100 in place, two rounds each, overlapped / opened early, us (session 23
+// call 1): 16 MB 59.40-59.47 / 59.46-59.48, 32 MB 105.37-105.43 / 105.37-105.38, 64 MB 198.48-198.52
+// / 197.97-197.98, 128 MB 383.31-383.33 / 382.13-382.14, 256 MB 753.37-753.47 / 750.54-750.75
+// (NCCL -R 0: 59.37, 105.87, 201.25, 385.49, 752.08).
+constexpr uint64_t kSwapEarlyMin = uint64_t(64) << 20;
 PL_STREAM_HD constexpr uint64_t swap_units(uint64_t len) { return (len + kSwapUnit - 1) / kSwapUnit; }
 
 struct PairSection {

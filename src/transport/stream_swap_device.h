@@ -139,8 +139,11 @@ __device__ __forceinline__ uint64_t unit_bytes(uint64_t len, uint64_t u) {
 // Every block of a send channel: message op into the receiver's buffer dst, unit by unit, as the
 // gates say (the protocol above; src is 16-byte aligned with whole vectors whenever g.open). A
 // block holding units loads its next unit before it waits for and stores the current one, so the
-// loads' latency hides behind the stores (two units of registers). False on failure (recorded);
-// the caller then stops.
+// loads' latency hides behind the stores (two units of registers). From kSwapEarlyMin bytes the
+// next unit's loads also return, and its gate opens, before the current unit waits and is stored:
+// loads and stores no longer overlap (measurements: stream_layout.h). Units still go in rising order
+// per block and a gate opens earlier, never later, so the no-deadlock argument above holds. False
+// on failure (recorded); the caller then stops.
 __device__ bool swap_copy(const Ctx& x, const DevOp& op, char* dst, const SwapGates& g) {
   const uint64_t units = swap_units(op.len), nb = uint64_t(x.nb);
   auto gate_open = [&](uint64_t u) {  // all threads: the receiver read unit u (no gate: always)
@@ -164,17 +167,24 @@ __device__ bool swap_copy(const Ctx& x, const DevOp& op, char* dst, const SwapGa
   uint64_t u = uint64_t(x.blk);
   if (u >= units) return true;
   uint4 cur[kSwapVecs], next[kSwapVecs];
+  const bool early = op.len >= kSwapEarlyMin;
   load_unit(op.src + u * kSwapUnit, unit_bytes(op.len, u), cur);
   __syncthreads_or(fold(cur, unit_bytes(op.len, u)));
   if (threadIdx.x == 0) g.open[u] = g.open_tag;
   for (;;) {
     const uint64_t nu = u + nb;
     if (nu < units) load_unit(op.src + nu * kSwapUnit, unit_bytes(op.len, nu), next);  // its gate is still closed
+    if (early && nu < units) {
+      __syncthreads_or(fold(next, unit_bytes(op.len, nu)));
+      if (threadIdx.x == 0) g.open[nu] = g.open_tag;
+    }
     if (!gate_open(u)) return false;
     store_unit(dst + u * kSwapUnit, unit_bytes(op.len, u), dst16, cur);
     if (nu >= units) return true;
-    __syncthreads_or(fold(next, unit_bytes(op.len, nu)));
-    if (threadIdx.x == 0) g.open[nu] = g.open_tag;
+    if (!early) {
+      __syncthreads_or(fold(next, unit_bytes(op.len, nu)));
+      if (threadIdx.x == 0) g.open[nu] = g.open_tag;
+    }
 #pragma unroll
     for (int k = 0; k < kSwapVecs; ++k) cur[k] = next[k];
     u = nu;
