@@ -174,9 +174,17 @@ struct Options {
   // 32.1; all_to_all alike; broadcast 8 MB 31.0 / 32.0, 16 MB 55.2 / 54.6, 32 MB 105.4 / 102.0.
   size_t coll_zero_copy_min = size_t(8) << 20;
   // How the zero-copy path moves its pushes (PEERLINK_COLL_ZERO_COPY_CE): 0 = a copy kernel on
-  // every SM (allreduce_blocks / allreduce_threads override its grid), 1 = copy engines, each push
-  // split over coll_ce_lanes streams.
+  // every SM (allreduce_blocks / allreduce_threads override its grid) unless coll_zero_copy_ce_min
+  // says copy engines, 1 = copy engines always, each push split over coll_ce_lanes streams.
   int coll_zero_copy_ce = 0;
+  // With 2 ranks, zero-copy calls whose largest push has at least this many bytes take the copy
+  // engines (PEERLINK_COLL_ZERO_COPY_CE_MIN; 0 = never by size). In-place all_to_all always keeps
+  // the kernel (it swaps). 2x H200, nccl-tests -g 2 -G 100, out of place / in place, us (session 23
+  // call 1): broadcast 128 MB engines 364.9 / 356.3, kernel 373.8 / 375.7; 64 MB 194.9 / 189.1 against
+  // 190.8 / 192.0; all_gather 256 MB (128 MB pushes) 375.2 / 364.1 against 378.4 / 379.9, 128 MB
+  // 202.5 / 193.3 against 194.8 / 194.6. A copy engine alone moves 394 GB/s one way at 256 MB,
+  // 384 both ways at once; the kernel ~360.
+  size_t coll_zero_copy_ce_min = size_t(128) << 20;
   // Zero-copy for buffers nobody registered, in CUDA graphs (NCCL_GRAPH_REGISTER's model;
   // PEERLINK_COLL_GRAPH_REGISTER): a collective captured into a graph whose zero-copy buffer is in no
   // window, and whose pieces are large enough for the zero-copy path, registers that buffer as a

@@ -221,9 +221,22 @@ LaunchArgs step_args(const CollState& st) {
 // 256 MB (session 11 call 2): all_gather 16x512 32.6/109.1/414.2, 32x512 32.4/104.4/385.4,
 // 64x512 31.8/101.4/377.3, 116x512 31.8/101.5/376.7, 32x1024 32.5/104.2/398.2, 64x1024
 // 32.1/103.5/382.2; all_to_all and broadcast alike (broadcast 256 MB: 796 / 740 / 737 / 735 / 737 /
-// 745). Copy engines instead (Options::coll_zero_copy_ce, 1 or 2 lanes): 555-558 us for all_gather
-// and 965-976 for broadcast at 256 MB.
+// 745). Copy engines instead (Options::coll_zero_copy_ce, 1 or 2 lanes) measured 555-558 us for
+// all_gather and 965-976 for broadcast at 256 MB then; session 23 (2x H200, nccl-tests, 1 lane)
+// measured 375 and 704: the engines now win from 128 MB pushes (Options::coll_zero_copy_ce_min).
 constexpr int kZcPushBlocks = 64, kZcOwnBlocks = 16, kZcThreads = 512;
+
+// The pushes go by copy engine: forced by Options::coll_zero_copy_ce, or with 2 ranks from
+// coll_zero_copy_ce_min bytes (measured on 2 GPUs only). Swaps never (an engine cannot exchange).
+bool pushes_by_engine(const CollState& st, const Push* push, bool swap) {
+  if (swap) return false;
+  const Options& o = st.svc->options();
+  if (o.coll_zero_copy_ce) return true;
+  if (st.world != 2 || o.coll_zero_copy_ce_min == 0) return false;
+  size_t most = 0;
+  for (int p = 0; p < st.world; ++p) most = std::max(most, push[p].bytes);
+  return most >= o.coll_zero_copy_ce_min;
+}
 
 void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, const Pull& pull, bool swap, int dtype,
                 int op, void* stream) {
@@ -246,7 +259,7 @@ void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, 
                                                               std::max<size_t>(1, pull.count * e / (512 * 16))));
     ra.per_block = round_up((pull.count + ra.blocks - 1) / ra.blocks, 16 / e);
     launch_zc_pull(ra, A);
-  } else if (st.svc->options().coll_zero_copy_ce == 0 || swap) {
+  } else if (!pushes_by_engine(st, push, swap)) {
     // One kernel: push blocks over the link, own-piece blocks in local memory beside them. Swaps
     // always take it (a copy engine cannot exchange two ranges without a third).
     ZcCopyArgs c;

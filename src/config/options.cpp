@@ -56,6 +56,7 @@ constexpr Range kCollCeChunk{"coll_ce_chunk_bytes", "PEERLINK_COLL_CE_CHUNK_BYTE
 constexpr Range kCollCeLanes{"coll_ce_lanes", "PEERLINK_COLL_CE_LANES", 1, 4};
 constexpr Range kCollZeroCopyMin{"coll_zero_copy_min", "PEERLINK_COLL_ZERO_COPY_MIN", 0, 1LL << 40};
 constexpr Range kCollZeroCopyCe{"coll_zero_copy_ce", "PEERLINK_COLL_ZERO_COPY_CE", 0, 1};
+constexpr Range kCollZeroCopyCeMin{"coll_zero_copy_ce_min", "PEERLINK_COLL_ZERO_COPY_CE_MIN", 0, 1LL << 40};
 constexpr Range kCollGraphRegister{"coll_graph_register", "PEERLINK_COLL_GRAPH_REGISTER", 0, 2};
 constexpr Range kStreamPdl{"stream_pdl", "PEERLINK_STREAM_PDL", -1, 1};
 constexpr Range kStreamBlocks{"stream_blocks", "PEERLINK_STREAM_BLOCKS", 0, 1024};
@@ -260,6 +261,8 @@ Options Options::from_env() {
   if (const char* v = env(kCollZeroCopyMin.var))
     o.coll_zero_copy_min = static_cast<size_t>(parse_int(kCollZeroCopyMin, v));
   if (const char* v = env(kCollZeroCopyCe.var)) o.coll_zero_copy_ce = parse_bool(kCollZeroCopyCe.var, v) ? 1 : 0;
+  if (const char* v = env(kCollZeroCopyCeMin.var))
+    o.coll_zero_copy_ce_min = static_cast<size_t>(parse_int(kCollZeroCopyCeMin, v));
   if (const char* v = env(kCollGraphRegister.var))
     o.coll_graph_register = static_cast<int>(parse_int(kCollGraphRegister, v));
   if (const char* v = env(kStreamPdl.var)) o.stream_pdl = parse_bool(kStreamPdl.var, v) ? 1 : 0;
@@ -322,6 +325,7 @@ void Options::validate() const {
   check(kCollCeLanes, coll_ce_lanes);
   check_size(kCollZeroCopyMin, coll_zero_copy_min);
   check(kCollZeroCopyCe, coll_zero_copy_ce);
+  check_size(kCollZeroCopyCeMin, coll_zero_copy_ce_min);
   check(kCollGraphRegister, coll_graph_register);
   check(kStreamPdl, stream_pdl);
   check(kStreamBlocks, stream_blocks);

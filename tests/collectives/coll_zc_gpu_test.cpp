@@ -3,7 +3,8 @@
 // cudaMalloc through peerlink::device::alloc, and Communicator::alloc), the path forced
 // (PEERLINK_<COLLECTIVE>_ALGO=zero_copy), every kind (all_gather, all_to_all and broadcast in place too,
 // broadcast from roots 0 and 1) x bf16 / f32 / i64 x counts 1, 7, 4097 and ~8 MB pieces, payloads
-// and guard bytes checked (coll_harness.h) and compared across ranks; a captured zero-copy
+// and guard bytes checked (coll_harness.h) and compared across ranks, with the pushes by kernel and
+// (~8 MB pieces, 2 ranks) by copy engine; a captured zero-copy
 // all_gather (+ all_to_all) replayed 50 times with new inputs; and a window used at different
 // offsets on different ranks (a broken contract) reported as InvalidArgument, not a hang.
 // Runs only when PEERLINK_TEST_GPUS >= 2; rank r uses device PEERLINK_TEST_DEVICES[r] (default
@@ -106,16 +107,16 @@ const std::vector<Case> kCases = {{Kind::AllGather, false, 0},         {Kind::Al
                                   {Kind::Reduce, true, 1, ReduceOp::Max}, {Kind::ReduceScatter, false, 0, ReduceOp::Sum},
                                   {Kind::ReduceScatter, true, 0, ReduceOp::Min}};
 
-TEST(CollZcGpu, ForcedZeroCopyEveryKindTypeAndSize) {
-  REQUIRE_GPUS();
+// Every case of kCases x kTypes x kCounts, in both kinds of window, under `opts`.
+void every_case(const char* tag, const Options& opts) {
   const std::vector<int> devs = gpu_test_devices();
   const int world = int(devs.size());
   const int cases = int(2 * kCases.size() * std::size(kTypes) * std::size(kCounts));
   HashTable hashes(world, cases);
-  std::string uid = unique_test_id("gczc");
+  std::string uid = unique_test_id(tag);
   std::string fail = run_ranks(world, [&](int rank) {
     gpu::set_device(devs[rank]);
-    Communicator comm(uid, rank, world, devs[rank], zc_opts());
+    Communicator comm(uid, rank, world, devs[rank], opts);
     gpu::Stream s = gpu::stream_create();
     // all_to_all needs 2 x world pieces (+ guards), all_gather world + 1.
     const size_t window_bytes = (2 * world + 2) * (kBigPiece + 8192);
@@ -148,16 +149,34 @@ TEST(CollZcGpu, ForcedZeroCopyEveryKindTypeAndSize) {
   EXPECT_EQ(hashes.mismatch(cases), "");
 }
 
+TEST(CollZcGpu, ForcedZeroCopyEveryKindTypeAndSize) {
+  REQUIRE_GPUS();
+  Options o = zc_opts();
+  o.coll_zero_copy_ce_min = 0;  // the copy kernel at every size
+  every_case("gczc", o);
+}
+
+// The same cases with the pushes of ~8 MB pieces on the copy engines (Options::coll_zero_copy_ce_min,
+// 2 ranks; more ranks keep the kernel, and must pass the same way).
+TEST(CollZcGpu, CopyEnginesBySize) {
+  REQUIRE_GPUS();
+  Options o = zc_opts();
+  o.coll_zero_copy_ce_min = size_t(1) << 20;
+  every_case("gczc-ce", o);
+}
+
 // One graph: a zero-copy all_gather and a zero-copy all_to_all into windows (Communicator::alloc),
 // captured after one eager call, replayed 50 times with a new input before each replay.
-TEST(CollZcGpu, GraphCaptureReplays) {
-  REQUIRE_GPUS();
+// The 4 MB pieces take the copy engines when `ce_min` is at most 4 MB (2 ranks).
+void graph_replays(const char* tag, size_t ce_min) {
   const std::vector<int> devs = gpu_test_devices();
   const int world = int(devs.size());
-  std::string uid = unique_test_id("gczc-graph");
+  std::string uid = unique_test_id(tag);
+  Options o = zc_opts();
+  o.coll_zero_copy_ce_min = ce_min;
   std::string fail = run_ranks(world, [&](int rank) {
     gpu::set_device(devs[rank]);
-    Communicator comm(uid, rank, world, devs[rank], zc_opts());
+    Communicator comm(uid, rank, world, devs[rank], o);
     gpu::Stream s = gpu::stream_create();
     for (size_t n : {size_t(1001), size_t(1) << 20}) {  // 4 KB and 4 MB pieces of int32
       const size_t b = n * 4;
@@ -202,6 +221,16 @@ TEST(CollZcGpu, GraphCaptureReplays) {
     gpu::stream_destroy(s);
   }, std::chrono::milliseconds(300000));
   EXPECT_EQ(fail, "");
+}
+
+TEST(CollZcGpu, GraphCaptureReplays) {
+  REQUIRE_GPUS();
+  graph_replays("gczc-graph", 0);
+}
+
+TEST(CollZcGpu, GraphCaptureReplaysCopyEngines) {
+  REQUIRE_GPUS();
+  graph_replays("gczc-graph-ce", size_t(1) << 20);
 }
 
 // Plain device buffers (no window) in captured collectives (Options::coll_graph_register, default

@@ -270,6 +270,27 @@ TEST(WindowOptions, ParseAndEnv) {
   unsetenv("PEERLINK_ALL_GATHER_ALGO");
 }
 
+TEST(WindowOptions, CopyEngineMin) {
+  EXPECT_EQ(peerlink::Options{}.coll_zero_copy_ce_min, size_t(128) << 20);
+  setenv("PEERLINK_COLL_ZERO_COPY_CE_MIN", "0", 1);
+  EXPECT_EQ(peerlink::Options::from_env().coll_zero_copy_ce_min, size_t(0));
+  setenv("PEERLINK_COLL_ZERO_COPY_CE_MIN", "65536", 1);
+  EXPECT_EQ(peerlink::Options::from_env().coll_zero_copy_ce_min, size_t(65536));
+  for (const char* v : {"-1", "2000000000000", "big"}) {
+    setenv("PEERLINK_COLL_ZERO_COPY_CE_MIN", v, 1);
+    try {
+      peerlink::Options::from_env();
+      ADD_FAILURE() << v << " accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("PEERLINK_COLL_ZERO_COPY_CE_MIN"), std::string::npos) << e.what();
+    }
+  }
+  unsetenv("PEERLINK_COLL_ZERO_COPY_CE_MIN");
+  peerlink::Options o;
+  o.coll_zero_copy_ce_min = (size_t(1) << 40) + 1;
+  EXPECT_THROW(o.validate(), InvalidArgument);
+}
+
 TEST(WindowOptions, GraphRegister) {
   EXPECT_EQ(peerlink::Options{}.coll_graph_register, 1);
   for (const char* v : {"0", "1", "2"}) {
