@@ -225,6 +225,12 @@ LaunchArgs step_args(const CollState& st) {
 // all_gather and 965-976 for broadcast at 256 MB then; session 23 (2x H200, nccl-tests, 1 lane)
 // measured 375 and 704: the engines now win from 128 MB pushes (Options::coll_zero_copy_ce_min).
 constexpr int kZcPushBlocks = 64, kZcOwnBlocks = 16, kZcThreads = 512;
+// Blocks of 512 threads of the pull kernel: kMaxBlocks (160), more than one per SM of an H200 (132):
+// more loads in flight. 2x H200, reduce_perf -g 2 -G 100 bf16, out of place, us (session 23 calls 3
+// and 4), 132 / 160 / 264 blocks: 128 MB 374.8-375.6 / 374.7-374.9 / 375.9-376.2, 256 MB 735.3-736.0 /
+// 732.2-732.7 / 733.4-733.5 (NCCL's best 375.4 / 735.5). reduce_scatter 128 MB with 132 / 264:
+// 215.0-215.3 / 217.1-217.2 (NCCL's best 302-306 in session 21).
+constexpr int kZcPullBlocks = kMaxBlocks;
 
 // The pushes go by copy engine: forced by Options::coll_zero_copy_ce, or with 2 ranks from
 // coll_zero_copy_ce_min bytes (measured on 2 GPUs only). Swaps never (an engine cannot exchange).
@@ -254,9 +260,9 @@ void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, 
     ra.dtype = dtype;
     ra.op = op;
     const size_t e = pull.elem;
-    ra.blocks = st.blocks_override > 0 ? st.blocks_override
-                                       : int(std::min<size_t>(std::min(std::max(st.sm_count, 1), kMaxBlocks),
-                                                              std::max<size_t>(1, pull.count * e / (512 * 16))));
+    ra.blocks = st.blocks_override > 0
+                    ? st.blocks_override
+                    : int(std::min<size_t>(kZcPullBlocks, std::max<size_t>(1, pull.count * e / (512 * 16))));
     ra.per_block = round_up((pull.count + ra.blocks - 1) / ra.blocks, 16 / e);
     launch_zc_pull(ra, A);
   } else if (!pushes_by_engine(st, push, swap)) {
