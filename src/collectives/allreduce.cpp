@@ -23,13 +23,18 @@ using common::cat;
 //   two-shot 1 MB: 12.2 us, 4 MB: 21.6 us, 8 MB: 35.6 us     bandwidth 16 MB: 61.0 us, 256 MB: 337 GB/s
 // so with 2 ranks one-shot wins up to 8 MB (LL up to 512 KB, see PEERLINK_ALLREDUCE_LL_MAX) and the
 // bandwidth kernel above; two-shot never wins there. One-shot pushes (n-1)x the bytes, so for more
-// ranks its window shrinks and two-shot takes the middle: those thresholds are estimates (no machine
-// with more than 2 GPUs was available), override with PEERLINK_ALLREDUCE_ALGO.
+// ranks its window shrinks and two-shot takes the middle. 4x H200 (NVSwitch), nccl-tests
+// all_reduce_perf -g 4 -G 100 bf16, out of place, one-shot / two-shot / bandwidth, us (session 23
+// call 5): 256 KB 6.10 / 16.36 / 16.50, 1 MB 14.64 / 18.77 / 20.16, 4 MB 48.90 / 36.51 / 39.20,
+// 16 MB 179.3 / 115.1 / 115.5, 64 MB 664.0 / 433.9 / 389.6 (NCCL's best 11.33, 17.98, 40.67, 98.49,
+// 319.4): one-shot to 1 MB for 3-4 ranks. By auto then (call 6): 4 ranks 512 KB 8.86, 1 MB 14.65,
+// 2 MB 23.96 (two-shot; NCCL 14.21, 17.97, 23.66); 3 ranks 1 MB 10.39. One-shot at 2 MB, the other
+// bounds, and every bound for 5+ ranks are not measured (PEERLINK_ALLREDUCE_ALGO overrides).
 // On the host backend the algorithms only differ in work split; the rule keeps both exercised in CI.
 AllreduceAlgo choose(size_t bytes, int world, bool host) {
   if (host) return bytes <= (size_t(64) << 10) ? AllreduceAlgo::OneShot : AllreduceAlgo::TwoShot;
   if (world <= 2) return bytes <= (size_t(8) << 20) ? AllreduceAlgo::OneShot : AllreduceAlgo::Bandwidth;
-  size_t one_shot_max = world <= 4 ? (size_t(256) << 10) : (size_t(64) << 10);
+  size_t one_shot_max = world <= 4 ? (size_t(1) << 20) : (size_t(64) << 10);
   if (bytes <= one_shot_max) return AllreduceAlgo::OneShot;
   if (bytes <= (size_t(4) << 20)) return AllreduceAlgo::TwoShot;
   return AllreduceAlgo::Bandwidth;
