@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -270,22 +271,29 @@ TEST(WindowOptions, ParseAndEnv) {
   unsetenv("PEERLINK_ALL_GATHER_ALGO");
 }
 
+namespace {
+// Each value of `var` makes Options::from_env() throw InvalidArgument naming the variable; unset after.
+void expect_env_rejected(const char* var, std::initializer_list<const char*> values) {
+  for (const char* v : values) {
+    setenv(var, v, 1);
+    try {
+      peerlink::Options::from_env();
+      ADD_FAILURE() << var << "=" << v << " accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(var), std::string::npos) << e.what();
+    }
+  }
+  unsetenv(var);
+}
+}  // namespace
+
 TEST(WindowOptions, CopyEngineMin) {
   EXPECT_EQ(peerlink::Options{}.coll_zero_copy_ce_min, size_t(128) << 20);
   setenv("PEERLINK_COLL_ZERO_COPY_CE_MIN", "0", 1);
   EXPECT_EQ(peerlink::Options::from_env().coll_zero_copy_ce_min, size_t(0));
   setenv("PEERLINK_COLL_ZERO_COPY_CE_MIN", "65536", 1);
   EXPECT_EQ(peerlink::Options::from_env().coll_zero_copy_ce_min, size_t(65536));
-  for (const char* v : {"-1", "2000000000000", "big"}) {
-    setenv("PEERLINK_COLL_ZERO_COPY_CE_MIN", v, 1);
-    try {
-      peerlink::Options::from_env();
-      ADD_FAILURE() << v << " accepted";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("PEERLINK_COLL_ZERO_COPY_CE_MIN"), std::string::npos) << e.what();
-    }
-  }
-  unsetenv("PEERLINK_COLL_ZERO_COPY_CE_MIN");
+  expect_env_rejected("PEERLINK_COLL_ZERO_COPY_CE_MIN", {"-1", "2000000000000", "big"});
   peerlink::Options o;
   o.coll_zero_copy_ce_min = (size_t(1) << 40) + 1;
   EXPECT_THROW(o.validate(), InvalidArgument);
@@ -297,16 +305,7 @@ TEST(WindowOptions, GraphRegister) {
     setenv("PEERLINK_COLL_GRAPH_REGISTER", v, 1);
     EXPECT_EQ(peerlink::Options::from_env().coll_graph_register, v[0] - '0') << v;
   }
-  for (const char* v : {"3", "-1", "on"}) {
-    setenv("PEERLINK_COLL_GRAPH_REGISTER", v, 1);
-    try {
-      peerlink::Options::from_env();
-      ADD_FAILURE() << v << " accepted";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("PEERLINK_COLL_GRAPH_REGISTER"), std::string::npos) << e.what();
-    }
-  }
-  unsetenv("PEERLINK_COLL_GRAPH_REGISTER");
+  expect_env_rejected("PEERLINK_COLL_GRAPH_REGISTER", {"3", "-1", "on"});
   peerlink::Options o;
   o.coll_graph_register = 5;
   EXPECT_THROW(o.validate(), InvalidArgument);
