@@ -27,22 +27,31 @@ using common::cat;
 // all_reduce_perf -g 4 -G 100 bf16, out of place, one-shot / two-shot / bandwidth, us (session 23
 // call 5): 256 KB 6.10 / 16.36 / 16.50, 1 MB 14.64 / 18.77 / 20.16, 4 MB 48.90 / 36.51 / 39.20,
 // 16 MB 179.3 / 115.1 / 115.5, 64 MB 664.0 / 433.9 / 389.6 (NCCL's best 11.33, 17.98, 40.67, 98.49,
-// 319.4): one-shot to 1 MB for 3-4 ranks. By auto then (call 6): 4 ranks 512 KB 8.86, 1 MB 14.65,
-// 2 MB 23.96 (two-shot; NCCL 14.21, 17.97, 23.66); 3 ranks 1 MB 10.39. One-shot at 2 MB, the other
-// bounds, and every bound for 5+ ranks are not measured (PEERLINK_ALLREDUCE_ALGO overrides).
+// 319.4): one-shot to 1 MB for 3-4 ranks when every pair is NVLink. By auto then (call 6): 4 ranks
+// 512 KB 8.86, 1 MB 14.65, 2 MB 23.96 (two-shot; NCCL 14.21, 17.97, 23.66); 3 ranks 1 MB 10.39.
+// One-shot at 2 MB, 3-4 ranks over PCIe (256 KB, the old estimate: one-shot moves 1.5-2x the
+// bytes two-shot does), and every bound for 5+ ranks are not measured (PEERLINK_ALLREDUCE_ALGO
+// overrides).
 // On the host backend the algorithms only differ in work split; the rule keeps both exercised in CI.
-AllreduceAlgo choose(size_t bytes, int world, bool host) {
+AllreduceAlgo choose(size_t bytes, int world, bool host, bool nvlink) {
   if (host) return bytes <= (size_t(64) << 10) ? AllreduceAlgo::OneShot : AllreduceAlgo::TwoShot;
   if (world <= 2) return bytes <= (size_t(8) << 20) ? AllreduceAlgo::OneShot : AllreduceAlgo::Bandwidth;
-  size_t one_shot_max = world <= 4 ? (size_t(1) << 20) : (size_t(64) << 10);
+  size_t one_shot_max = world > 4 ? (size_t(64) << 10) : nvlink ? (size_t(1) << 20) : (size_t(256) << 10);
   if (bytes <= one_shot_max) return AllreduceAlgo::OneShot;
   if (bytes <= (size_t(4) << 20)) return AllreduceAlgo::TwoShot;
   return AllreduceAlgo::Bandwidth;
 }
 
-AllreduceAlgo resolve(const Options& opts, int world, size_t bytes, bool host) {
+// Every peer of this rank is reached over NVLink (the same on every rank of one node's NVSwitch).
+bool nvlink_to_all(const detail::CommServices& svc, int world) {
+  for (int p = 0; p < world; ++p)
+    if (p != svc.rank() && !svc.nvlink_to(p)) return false;
+  return true;
+}
+
+AllreduceAlgo resolve(const Options& opts, int world, size_t bytes, bool host, bool nvlink) {
   AllreduceAlgo a = parse_allreduce_algo(opts.allreduce_algo);
-  return a == AllreduceAlgo::Auto ? choose(bytes, world, host) : a;
+  return a == AllreduceAlgo::Auto ? choose(bytes, world, host, nvlink) : a;
 }
 
 // One-shot messages above this many bytes take LL128 lines rather than LL lines when both can
@@ -185,7 +194,9 @@ void device_allreduce(coll::CollState& st, const void* src, void* dst, size_t co
 void coll::check_collective_error(coll::CollState& st) { check_device_error(st); }
 
 AllreduceAlgo allreduce_algo_for(Communicator& comm, size_t bytes) {
-  return resolve(comm.options(), comm.world_size(), bytes, comm.device() == kHostDevice);
+  const detail::CommServices& svc = detail::services(comm);
+  const bool host = comm.device() == kHostDevice;
+  return resolve(svc.options(), comm.world_size(), bytes, host, !host && nvlink_to_all(svc, comm.world_size()));
 }
 
 void allreduce_check(Communicator& comm) {
@@ -216,7 +227,7 @@ void allreduce(Communicator& comm, const void* sendbuf, void* recvbuf, size_t co
   coll::CollState& st = coll::coll_state(comm);
   std::lock_guard<std::mutex> g(st.mu);
   check_device_error(st);
-  AllreduceAlgo algo = resolve(st.svc->options(), st.world, bytes, st.host);
+  AllreduceAlgo algo = resolve(st.svc->options(), st.world, bytes, st.host, st.nvlink_all);
   if (count == 0) return;
   if (st.host) {
     try {

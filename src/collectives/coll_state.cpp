@@ -224,6 +224,8 @@ CollState& coll_state(Communicator& comm) {
     mine.ll128_cap = st->layout.ll128_cap;
     bool links = st->host || std::string(gpu::runtime_name()) == "cuda";
     for (int p = 0; p < st->world && links && !st->host; ++p) links = p == st->rank || svc.nvlink_to(p);
+    st->nvlink_all = !st->host;  // allreduce's choice (allreduce.cpp), any runtime
+    for (int p = 0; p < st->world && st->nvlink_all; ++p) st->nvlink_all = p == st->rank || svc.nvlink_to(p);
     mine.ll128_links = links ? 1 : 0;
     mine.world = st->world;
     mine.host = st->host ? 1 : 0;

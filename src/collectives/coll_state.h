@@ -42,6 +42,7 @@ struct CollState {
   int sm_count = 0;
   size_t ll_max = 0;        // GPU: one-shot messages up to this many bytes go through LL lines
   size_t ll128_max = 0;     // GPU: then up to this many through LL128 lines (0: no LL128, see setup)
+  bool nvlink_all = false;  // GPU: every peer of this rank over NVLink (or on its GPU); allreduce's choice
   bool pdl = false;         // Options::allreduce_pdl (default on for compute capability >= 9.0)
   bool generic_oneshot = false;  // Options::allreduce_oneshot_generic: tests keep the generic loop covered
 
