@@ -42,13 +42,6 @@ AllreduceAlgo choose(size_t bytes, int world, bool host, bool nvlink) {
   return AllreduceAlgo::Bandwidth;
 }
 
-// Every peer of this rank is reached over NVLink (the same on every rank of one node's NVSwitch).
-bool nvlink_to_all(const detail::CommServices& svc, int world) {
-  for (int p = 0; p < world; ++p)
-    if (p != svc.rank() && !svc.nvlink_to(p)) return false;
-  return true;
-}
-
 AllreduceAlgo resolve(const Options& opts, int world, size_t bytes, bool host, bool nvlink) {
   AllreduceAlgo a = parse_allreduce_algo(opts.allreduce_algo);
   return a == AllreduceAlgo::Auto ? choose(bytes, world, host, nvlink) : a;
@@ -196,7 +189,7 @@ void coll::check_collective_error(coll::CollState& st) { check_device_error(st);
 AllreduceAlgo allreduce_algo_for(Communicator& comm, size_t bytes) {
   const detail::CommServices& svc = detail::services(comm);
   const bool host = comm.device() == kHostDevice;
-  return resolve(svc.options(), comm.world_size(), bytes, host, !host && nvlink_to_all(svc, comm.world_size()));
+  return resolve(svc.options(), comm.world_size(), bytes, host, !host && coll::nvlink_to_all(svc, comm.world_size()));
 }
 
 void allreduce_check(Communicator& comm) {

@@ -222,10 +222,8 @@ CollState& coll_state(Communicator& comm) {
     mine.cap = cap;
     mine.ll_cap = st->layout.ll_cap;
     mine.ll128_cap = st->layout.ll128_cap;
-    bool links = st->host || std::string(gpu::runtime_name()) == "cuda";
-    for (int p = 0; p < st->world && links && !st->host; ++p) links = p == st->rank || svc.nvlink_to(p);
-    st->nvlink_all = !st->host;  // allreduce's choice (allreduce.cpp), any runtime
-    for (int p = 0; p < st->world && st->nvlink_all; ++p) st->nvlink_all = p == st->rank || svc.nvlink_to(p);
+    st->nvlink_all = !st->host && nvlink_to_all(svc, st->world);  // allreduce's choice, any runtime
+    const bool links = st->host || (std::string(gpu::runtime_name()) == "cuda" && st->nvlink_all);
     mine.ll128_links = links ? 1 : 0;
     mine.world = st->world;
     mine.host = st->host ? 1 : 0;
@@ -284,6 +282,12 @@ void fill_state_args(const CollState& st, LaunchArgs& a) {
   a.error = st.error;
   a.timeout_ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(st.svc->options().timeout).count());
+}
+
+bool nvlink_to_all(const detail::CommServices& svc, int world) {
+  for (int p = 0; p < world; ++p)
+    if (p != svc.rank() && !svc.nvlink_to(p)) return false;
+  return true;
 }
 
 }  // namespace peerlink::coll

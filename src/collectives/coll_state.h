@@ -95,6 +95,9 @@ char* open_peer_checked(detail::CommServices& svc, int peer, const gpu::MemHandl
 struct LaunchArgs;
 void fill_state_args(const CollState& st, LaunchArgs& a);
 
+// Every peer of this rank is over NVLink or on its GPU (svc.nvlink_to), whatever the runtime.
+bool nvlink_to_all(const detail::CommServices& svc, int world);
+
 // Throws the error recorded by an earlier call (broken) or by a kernel (error word): caller holds
 // st.mu. Shared by every collective (allreduce.cpp).
 void check_collective_error(CollState& st);
