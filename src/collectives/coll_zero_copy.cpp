@@ -28,6 +28,7 @@
 #include "collectives/host_sync.h"
 #include "collectives/reduce_ops.h"
 #include "collectives/zc_relay.h"
+#include "collectives/zc_steps.h"
 #include "common/log.h"
 #include "gpu/runtime.h"
 #include "peerlink/errors.h"
@@ -47,21 +48,16 @@ struct Push {
   char* local = nullptr;  // set: a swap, to <-> local (the in-place all_to_all, as_swaps())
 };
 
-uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
-  return h;
-}
-
 // What every rank must agree on: the window, the window buffer's offset in it and the call's shape
 // (in place or not included: a swapping rank and a pushing one would each overwrite the other).
 uint64_t call_tag(const CollDesc& d, const Window& w, size_t dst_off, bool swap) {
-  uint64_t h = mix(0x504c5a43ull, w.id);
-  h = mix(h, swap ? 1 : 0);
-  h = mix(h, dst_off);
-  h = mix(h, uint64_t(d.kind));
-  h = mix(h, d.count);
-  h = mix(h, d.elem);
-  return mix(h, uint64_t(d.root));
+  uint64_t h = zc_mix(0x504c5a43ull, w.id);
+  h = zc_mix(h, swap ? 1 : 0);
+  h = zc_mix(h, dst_off);
+  h = zc_mix(h, uint64_t(d.kind));
+  h = zc_mix(h, d.count);
+  h = zc_mix(h, d.elem);
+  return zc_mix(h, uint64_t(d.root));
 }
 
 // Rank d.rank's pushes (one per peer with a non-empty piece), bounds-checked against the length
@@ -156,34 +152,9 @@ void host_reduce(int dtype, int op, const Pull& pl, int n) {
     throw InvalidArgument(cat("zero-copy collective: unknown dtype code ", dtype, " or op code ", op));
 }
 
-// Host backend. Entry: `bad` (this rank's own copies would leave a peer's window) still takes part
-// with a tag no rank can match, so every rank learns of the violation in this call.
-void host_enter(CollState& st, uint64_t tag, const std::string& bad) {
-  const char* what = "zero-copy collective";
-  const uint64_t seq = ++st.host_seq;
-  const uint64_t t = zc_step_tag(tag, seq);
-  for (int p = 0; p < st.world; ++p)
-    if (p != st.rank) __atomic_store_n(&st.flags[p]->zc_tag[st.rank], bad.empty() ? t : ~t, __ATOMIC_RELAXED);
-  host_signal(st, 0, seq);  // release: the tag travels with the flag
-  host_wait_all(st, 0, seq, what);
-  if (!bad.empty()) throw InvalidArgument(bad);
-  for (int p = 0; p < st.world; ++p) {
-    if (p == st.rank) continue;
-    if (__atomic_load_n(&st.flags[st.rank]->zc_tag[p], __ATOMIC_RELAXED) != t)
-      throw InvalidArgument(cat(what, " (rank ", st.rank, "): rank ", p, " passed a recvbuf at another offset of the "
-                                "window, another window or another shape (every rank must pass the same window offset)"));
-  }
-}
-// A step with no data: every rank's copies before it landed, its reads are done.
-void host_step(CollState& st) {
-  const uint64_t seq = ++st.host_seq;
-  host_signal(st, 0, seq);
-  host_wait_all(st, 0, seq, "zero-copy collective");
-}
-
 void host_run(CollState& st, uint64_t tag, const Push* push, const Push& own, const Pull& pull, int dtype, int op,
               const std::string& bad) {
-  host_enter(st, tag, bad);
+  zc_host_enter(st, tag, bad);
   for (int p = 0; p < st.world; ++p) {
     if (!push[p].bytes) continue;
     if (push[p].local) std::swap_ranges(push[p].local, push[p].local + push[p].bytes, push[p].to);
@@ -191,29 +162,21 @@ void host_run(CollState& st, uint64_t tag, const Push* push, const Push& own, co
   }
   if (own.bytes && own.to != own.from) std::memmove(own.to, own.from, own.bytes);
   if (pull.count) host_reduce(dtype, op, pull, st.world);
-  host_step(st);  // our pushes landed, our reads of the peers' sendbufs are done
+  zc_host_step(st);  // our pushes landed, our reads of the peers' sendbufs are done
 }
 
 // The relay broadcast (zc_relay.h) on the host: the scatter, a step, the forwards, a step (the
 // GPU overlaps the two by chunk flags; the host runs them one after the other, same copies).
 void host_relay(CollState& st, uint64_t tag, const ZcRelayArgs& r, const std::string& bad) {
-  host_enter(st, tag, bad);
+  zc_host_enter(st, tag, bad);
   if (r.is_root) {
     for (int i = 0; i < r.n; ++i) std::memcpy(r.to[i], r.from[i], r.bytes[i]);
     if (r.own_bytes) std::memcpy(r.own_to, r.own_from, r.own_bytes);
   }
-  host_step(st);
+  zc_host_step(st);
   if (!r.is_root)
     for (int i = 0; i < r.n; ++i) std::memcpy(r.to[i], r.from[i], r.bytes[i]);
-  host_step(st);
-}
-
-// The flag steps' arguments (entry and exit: one block of the shared protocol).
-LaunchArgs step_args(const CollState& st) {
-  LaunchArgs a;
-  fill_state_args(st, a);
-  a.blocks = 1;
-  return a;
+  zc_host_step(st);
 }
 
 // Grid of the copy kernel: push blocks x threads (Options::allreduce_blocks / allreduce_threads
@@ -247,7 +210,7 @@ bool pushes_by_engine(const CollState& st, const Push* push, bool swap) {
 void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, const Pull& pull, bool swap, int dtype,
                 int op, void* stream) {
   gpu::DeviceGuard dg(st.device);
-  const LaunchArgs a = step_args(st);
+  const LaunchArgs a = zc_step_args(st);
   const bool own_copy = own.bytes && own.to != own.from;
   gpu::Stream A = stream;
   launch_zc_step(a, tag, A);
@@ -318,22 +281,11 @@ void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, 
   launch_ce_step(a, false, A);
 }
 
-// A call whose copies would leave a peer's window: no copy is enqueued; the entry step alone runs,
-// with a tag no peer matches, so the peers' kernels record the mismatch (and skip their exit wait)
-// instead of waiting for us. Throws InvalidArgument.
-[[noreturn]] void refuse(CollState& st, uint64_t tag, const std::string& bad, void* stream) {
-  gpu::DeviceGuard dg(st.device);
-  const LaunchArgs a = step_args(st);
-  launch_zc_step(a, ~tag, stream);
-  st.broken = std::make_exception_ptr(InvalidArgument(cat(bad, "; this communicator's collectives are unusable")));
-  throw InvalidArgument(bad);
-}
-
 // The relay broadcast on the GPU: entry step | relay kernel (zc_kernels.cu) | exit step.
 constexpr int kRelayPushBlocks = 64;
 void device_relay(CollState& st, uint64_t tag, ZcRelayArgs r, void* stream) {
   gpu::DeviceGuard dg(st.device);
-  const LaunchArgs a = step_args(st);
+  const LaunchArgs a = zc_step_args(st);
   launch_zc_step(a, tag, stream);
   r.threads = st.threads > 0 ? st.threads : kZcThreads;
   r.push_blocks = st.blocks_override > 0 ? std::min(st.blocks_override, kMaxBlocks - kZcOwnBlocks) : kRelayPushBlocks;
@@ -361,7 +313,7 @@ void zc_collective(CollState& st, const CollDesc& d, int dtype, int op, const Wi
     const std::string bad = relay_plan(d, w, s, t, &r);
     const uint64_t tag = call_tag(d, w, size_t(t - w.base), false);
     if (st.host) return host_relay(st, tag, r, bad);
-    if (!bad.empty()) return refuse(st, tag, bad, stream);
+    if (!bad.empty()) return zc_refuse(st, tag, bad, stream);
     return device_relay(st, tag, r, stream);
   }
   const std::string bad = red ? plan_pull(d, w, s, t, &pull) : plan(d, w, s, t, push, &own);
@@ -369,7 +321,7 @@ void zc_collective(CollState& st, const CollDesc& d, int dtype, int op, const Wi
   // The window holds recvbuf (moving kinds) or sendbuf (reducing kinds): its offset is in the tag.
   const uint64_t tag = call_tag(d, w, size_t((red ? s : t) - w.base), swap) ^ uint64_t(op);
   if (st.host) return host_run(st, tag, push, own, pull, dtype, op, bad);
-  if (!bad.empty()) return refuse(st, tag, bad, stream);
+  if (!bad.empty()) return zc_refuse(st, tag, bad, stream);
   device_run(st, tag, push, own, pull, swap, dtype, op, stream);
 }
 
