@@ -38,7 +38,9 @@ ReduceOp parse_reduce_op(const std::string& s);          // "sum", "max", "min",
 void allreduce(Communicator& comm, const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
                ReduceOp op, void* stream = nullptr);
 
-// The algorithm allreduce() uses on `comm` for a message of `bytes` (after the option override).
+// The algorithm allreduce() uses on `comm` for a message of `bytes` (after the option override) on
+// buffers in no window: with sendbuf and recvbuf in zero-copy windows, allreduce() may take
+// AllreduceAlgo::ZeroCopy instead (peerlink/windows.h).
 AllreduceAlgo allreduce_algo_for(Communicator& comm, size_t bytes);
 
 // Throws the error a stream-ordered allreduce recorded on the device (bounded waits that ran out),

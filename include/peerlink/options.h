@@ -34,6 +34,8 @@ enum class AllreduceAlgo {
   OneShot,    // every rank pushes its whole input to every peer, each rank reduces everything
   TwoShot,    // reduce-scatter + all-gather, each rank reduces 1/n, latency-sized grid
   Bandwidth,  // the two-shot data flow on the whole GPU, pipelined over scratch chunks
+  ZeroCopy,   // sendbuf and recvbuf in registered windows: each rank reads its shard of every
+              // rank's sendbuf in place and stores the result into every rank's recvbuf
 };
 
 // Which algorithm carries all_gather, reduce_scatter, broadcast, reduce, all_to_all(_v)
@@ -310,7 +312,7 @@ struct Options {
 const char* to_string(Completion c);
 const char* to_string(Path p);
 const char* to_string(AllreduceAlgo a);
-// "", "auto", "oneshot", "twoshot", "bandwidth" (and the usual spellings), case-insensitive;
+// "", "auto", "oneshot", "twoshot", "bandwidth", "zero_copy" (and the usual spellings), case-insensitive;
 // InvalidArgument naming the string otherwise.
 AllreduceAlgo parse_allreduce_algo(const std::string& s);
 const char* to_string(CollAlgo a);

@@ -4,7 +4,9 @@
 #include <chrono>
 
 #include "collectives/coll_state.h"
+#include "collectives/coll_launch.h"
 #include "collectives/device_launch.h"
+#include "collectives/graph_windows.h"
 #include "common/log.h"
 #include "gpu/owners.h"
 #include "peerlink/collectives.h"
@@ -44,7 +46,54 @@ AllreduceAlgo choose(size_t bytes, int world, bool host, bool nvlink) {
 
 AllreduceAlgo resolve(const Options& opts, int world, size_t bytes, bool host, bool nvlink) {
   AllreduceAlgo a = parse_allreduce_algo(opts.allreduce_algo);
+  if (a == AllreduceAlgo::ZeroCopy && world < 2) a = AllreduceAlgo::Auto;  // nothing to share
   return a == AllreduceAlgo::Auto ? choose(bytes, world, host, nvlink) : a;
+}
+
+// Auto takes the zero-copy allreduce (zc_allreduce.cpp) when sendbuf and recvbuf lie in windows
+// every rank mapped and this says so. nccl-tests all_reduce_perf -G 100 bf16, us, zero-copy forced
+// (PEERLINK_ALLREDUCE_ALGO) against the bandwidth kernel and NCCL's best (session 24 calls 1-2):
+//   2x H200:  4 MB 51.3 / 23.3, 16 MB 110.9 / 60.5, 64 MB 228.2 / 206.4, 256 MB 828.8 / 780.8 (NCCL
+//             46.5, 72.2, 232.1, 861.9): never (its reads and stores share both directions of the one
+//             link; the bandwidth kernel only stores, and one-shot takes up to 8 MB anyway);
+//   4x H200, 64 blocks: 4 MB 95.4 / 39.1, 16 MB 106.0 / 115.5, 64 MB 354.3 / 389.6, 256 MB 1322 / 1317
+//             (NCCL 41.0, 98.4, 317.5, 1157.7): from 16 MB to below 128 MB with 3+ ranks when every
+//             pair is NVLink. 128 MB was not measured with 64 blocks (160 blocks: 722 against 705) and
+//             256 MB is a tie, so the bandwidth kernel keeps them. 3 ranks: not measured (same rule).
+// The host backend takes it from 64 KB so that CI runs the choice.
+bool zero_copy_auto(size_t bytes, int world, bool host, bool nvlink) {
+  if (host) return bytes >= (size_t(64) << 10);
+  return world >= 3 && nvlink && bytes >= (size_t(16) << 20) && bytes < (size_t(128) << 20);
+}
+
+// The windows of a zero-copy allreduce, when it runs: forced (Options::allreduce_algo, which then
+// throws InvalidArgument where a buffer lies in no window every rank mapped) or by auto from
+// zero_copy_auto(). Buffers in no registered window get graph windows as the other collectives' do
+// (Options::coll_graph_register, collectives.cpp); every input of the choice is the same on every
+// rank (sizes, options, being captured, the window contract). Caller holds st.mu.
+bool zero_copy_windows(coll::CollState& st, const void* src, void* dst, size_t bytes,
+                       void* stream, const coll::Window** ws, const coll::Window** wr) {
+  const Options& o = st.svc->options();
+  const AllreduceAlgo forced = parse_allreduce_algo(o.allreduce_algo);
+  if (st.world < 2) return false;
+  if (forced != AllreduceAlgo::ZeroCopy &&
+      (forced != AllreduceAlgo::Auto || !zero_copy_auto(bytes, st.world, st.host, st.nvlink_all)))
+    return false;
+  if (!st.graph_windows.wins.empty()) coll::release_unheld_graph_windows(st);
+  *ws = st.windows.find(src, bytes);
+  *wr = st.windows.find(dst, bytes);
+  const bool capturing = !st.host && gpu::stream_is_capturing(stream);
+  if (o.coll_graph_register != 0 && (capturing || o.coll_graph_register == 2)) {
+    void* graph = capturing ? stream : nullptr;
+    if (!*ws) *ws = coll::graph_window(st, src, bytes, graph);
+    if (*ws && !*wr) *wr = coll::graph_window(st, dst, bytes, graph);
+  }
+  const bool ok = *ws && *wr && (*ws)->zero_copy && (*wr)->zero_copy;
+  if (!ok && forced == AllreduceAlgo::ZeroCopy)
+    throw InvalidArgument(cat("allreduce: zero_copy forced (Options) but ", *ws && (*ws)->zero_copy ? "recvbuf " : "sendbuf ",
+                              *ws && (*ws)->zero_copy ? dst : src, " (", bytes,
+                              " bytes) is not inside a window every rank registered and exported (peerlink::register_window)"));
+  return ok;
 }
 
 // One-shot messages above this many bytes take LL128 lines rather than LL lines when both can
@@ -106,12 +155,32 @@ void check_device_error(coll::CollState& st) {
   std::rethrow_exception(st.broken);
 }
 
+// Calls on different streams must not overlap on the device (they share counters and scratch):
+// order_event is recorded after every launch outside graph capture, and a call on another stream
+// first waits for it. Inside a capture, the order of captured work is the graph's (events cannot
+// cross the capture boundary), so nothing is recorded or waited for there.
+template <typename Launch>
+void in_stream_order(coll::CollState& st, void* stream, Launch&& launch) {
+  const bool capturing = gpu::stream_is_capturing(stream);
+  if (!capturing && st.event_valid && stream != st.last_stream) gpu::stream_wait_event(stream, st.order_event);
+  launch();
+  if (!capturing) {
+    gpu::event_record(st.order_event, stream);
+    st.event_valid = true;
+  }
+  st.last_stream = stream;
+}
+
 void device_allreduce(coll::CollState& st, const void* src, void* dst, size_t count, DataType dtype,
-                      ReduceOp op, AllreduceAlgo algo, void* stream) {
+                      ReduceOp op, AllreduceAlgo algo, const coll::Window* ws, const coll::Window* wr, void* stream) {
   // The launch and the event calls run on the communicator's device; the caller's current device
   // is put back on return (costs one runtime query when it already is the right one).
   gpu::DeviceGuard dg(st.device);
   const size_t elem = dtype_size(dtype);
+  if (algo == AllreduceAlgo::ZeroCopy)
+    return in_stream_order(st, stream, [&] {
+      coll::zc_allreduce(st, *ws, *wr, src, dst, count, elem, static_cast<int>(dtype), static_cast<int>(op), stream);
+    });
   coll::LaunchArgs a;
   a.src = src;
   a.dst = dst;
@@ -167,18 +236,7 @@ void device_allreduce(coll::CollState& st, const void* src, void* dst, size_t co
   a.generic_oneshot = st.generic_oneshot;
   a.timeout_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(st.svc->options().timeout).count());
 
-  // Calls on different streams must not overlap on the device (they share counters and scratch):
-  // order_event is recorded after every launch outside graph capture, and a call on another stream
-  // first waits for it. Inside a capture, the order of captured work is the graph's (events cannot
-  // cross the capture boundary), so nothing is recorded or waited for there.
-  const bool capturing = gpu::stream_is_capturing(stream);
-  if (!capturing && st.event_valid && stream != st.last_stream) gpu::stream_wait_event(stream, st.order_event);
-  coll::launch_allreduce(a, stream);
-  if (!capturing) {
-    gpu::event_record(st.order_event, stream);
-    st.event_valid = true;
-  }
-  st.last_stream = stream;
+  in_stream_order(st, stream, [&] { coll::launch_allreduce(a, stream); });
 }
 
 }  // namespace
@@ -222,10 +280,16 @@ void allreduce(Communicator& comm, const void* sendbuf, void* recvbuf, size_t co
   check_device_error(st);
   AllreduceAlgo algo = resolve(st.svc->options(), st.world, bytes, st.host, st.nvlink_all);
   if (count == 0) return;
+  const coll::Window *ws = nullptr, *wr = nullptr;
+  if (zero_copy_windows(st, sendbuf, recvbuf, bytes, stream, &ws, &wr)) algo = AllreduceAlgo::ZeroCopy;
   if (st.host) {
     try {
-      coll::host_allreduce(st, sendbuf, recvbuf, count, static_cast<int>(dtype), static_cast<int>(op),
-                           algo == AllreduceAlgo::OneShot);
+      if (algo == AllreduceAlgo::ZeroCopy)
+        coll::zc_allreduce(st, *ws, *wr, sendbuf, recvbuf, count, elem, static_cast<int>(dtype), static_cast<int>(op),
+                           nullptr);
+      else
+        coll::host_allreduce(st, sendbuf, recvbuf, count, static_cast<int>(dtype), static_cast<int>(op),
+                             algo == AllreduceAlgo::OneShot);
     } catch (const TimeoutError& e) {
       st.broken = std::make_exception_ptr(TimeoutError(cat(e.what(), "; this communicator's collectives are unusable")));
       throw;
@@ -239,7 +303,7 @@ void allreduce(Communicator& comm, const void* sendbuf, void* recvbuf, size_t co
     }
     return;
   }
-  device_allreduce(st, sendbuf, recvbuf, count, dtype, op, algo, stream);
+  device_allreduce(st, sendbuf, recvbuf, count, dtype, op, algo, ws, wr, stream);
 }
 
 }  // namespace peerlink

@@ -86,6 +86,10 @@ struct CeReduceArgs {
   const void* ins[kMaxRanks] = {};
   int nin = 0;
   void* out = nullptr;
+  // launch_zc_pull only: more outputs that get the same result (the zero-copy allreduce's shard in
+  // the peers' recvbufs, zc_allreduce.cpp).
+  void* extra_outs[kMaxRanks] = {};
+  int nextra = 0;
   size_t count = 0, per_block = 0;
   int blocks = 1, dtype = 0, op = 0;
 };
@@ -112,6 +116,12 @@ struct Window;
 // Throws InvalidArgument when a write would leave a peer's window, before anything moves.
 void zc_collective(CollState& st, const CollDesc& d, int dtype, int op, const Window& w, const void* src, void* dst,
                    void* stream);
+
+// Zero-copy allreduce (zc_allreduce.cpp): sendbuf in window `ws`, recvbuf in `wr`, at the same
+// offsets on every rank; each rank reduces its shard from every sendbuf and stores it into every
+// recvbuf. Throws InvalidArgument when a range would leave a peer's window, before anything moves.
+void zc_allreduce(CollState& st, const Window& ws, const Window& wr, const void* src, void* dst, size_t count,
+                  size_t elem, int dtype, int op, void* stream);
 
 // Host backend: runs the collective synchronously (same plan, one "block") by `algo`: LL, LL128, or
 // the push plan for anything else.

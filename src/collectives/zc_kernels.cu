@@ -236,7 +236,7 @@ __global__ void __launch_bounds__(1024) coll_zc_relay_kernel(LaunchArgs a, ZcRel
   }
 }
 
-// ---- the pulls (reduce, reduce_scatter) ------------------------------------------------------
+// ---- the pulls (reduce, reduce_scatter; the zero-copy allreduce with extra_outs) -------------
 // out = op over ins[0..nin) in rank order, the peers' inputs read in place over the link. Every
 // thread keeps U 16-byte loads of one input in flight before it reduces them (a remote load takes
 // about a microsecond: one at a time per thread left the link idle; reduce_block of the copy-engine
@@ -249,6 +249,7 @@ __global__ void __launch_bounds__(1024) coll_zc_pull_kernel(CeReduceArgs r) {
   constexpr int V = Elems<T>::kVec, U = 4;
   const T* ins[kMaxRanks];
   bool aligned = (reinterpret_cast<uintptr_t>(r.out) & 15) == 0;
+  for (int o = 0; o < r.nextra; ++o) aligned &= (reinterpret_cast<uintptr_t>(r.extra_outs[o]) & 15) == 0;
   for (int i = 0; i < r.nin; ++i) {
     ins[i] = static_cast<const T*>(r.ins[i]);
     aligned &= (reinterpret_cast<uintptr_t>(ins[i]) & 15) == 0;
@@ -260,8 +261,9 @@ __global__ void __launch_bounds__(1024) coll_zc_pull_kernel(CeReduceArgs r) {
     const size_t m = r.count - lo < r.per_block ? r.count - lo : r.per_block;
     const T* in[kMaxRanks];
     for (int i = 0; i < r.nin; ++i) in[i] = ins[i] + lo;
-    T* outs[1] = {out + lo};
-    return reduce_block<T, Op>(in, r.nin, outs, 1, m);
+    T* outs[kMaxRanks + 1] = {out + lo};
+    for (int o = 0; o < r.nextra; ++o) outs[1 + o] = static_cast<T*>(r.extra_outs[o]) + lo;
+    return reduce_block<T, Op>(in, r.nin, outs, 1 + r.nextra, m);
   }
   const size_t nvec = r.count / V, t = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
@@ -298,6 +300,9 @@ __global__ void __launch_bounds__(1024) coll_zc_pull_kernel(CeReduceArgs r) {
       memcpy(&p[u], v, 16);
       reinterpret_cast<Pack16*>(out)[k + u * stride] = p[u];
     }
+    for (int o = 0; o < r.nextra; ++o)
+#pragma unroll
+      for (int u = 0; u < U; ++u) static_cast<Pack16*>(r.extra_outs[o])[k + u * stride] = p[u];
   }
   for (; k < nvec; k += stride) {
     T v[V];
@@ -310,11 +315,13 @@ __global__ void __launch_bounds__(1024) coll_zc_pull_kernel(CeReduceArgs r) {
     }
     for (int j = 0; j < V; ++j) v[j] = A::out(acc[j]);
     memcpy(reinterpret_cast<Pack16*>(out) + k, v, 16);
+    for (int o = 0; o < r.nextra; ++o) memcpy(static_cast<Pack16*>(r.extra_outs[o]) + k, v, 16);
   }
   for (size_t e = nvec * V + t; e < r.count; e += stride) {
     AccT acc = A::in(load_fresh_scalar(ins[0] + e));
     for (int i = 1; i < r.nin; ++i) acc = Apply<Op>::run(acc, A::in(load_fresh_scalar(ins[i] + e)));
     out[e] = A::out(acc);
+    for (int o = 0; o < r.nextra; ++o) static_cast<T*>(r.extra_outs[o])[e] = A::out(acc);
   }
 }
 
@@ -335,8 +342,8 @@ void preload_multi_kernel_paths() {
 }
 
 void launch_zc_pull(const CeReduceArgs& r, void* stream) {
-  if (r.nin < 1 || r.nin > kMaxRanks || r.blocks < 1 || r.blocks > kMaxBlocks || r.per_block == 0)
-    throw InvalidArgument(common::cat("collective zero-copy pull: ", r.nin, " inputs, ", r.blocks, " blocks, ",
+  if (r.nin < 1 || r.nin > kMaxRanks || r.nextra < 0 || r.nextra >= kMaxRanks || r.blocks < 1 || r.blocks > kMaxBlocks || r.per_block == 0)
+    throw InvalidArgument(common::cat("collective zero-copy pull: ", r.nin, " inputs, ", r.nextra, " extra outputs, ", r.blocks, " blocks, ",
                                       r.per_block, " elements per block"));
   DevStream st = static_cast<DevStream>(stream);
   bool known_op = true;

@@ -133,6 +133,7 @@ const char* to_string(AllreduceAlgo a) {
     case AllreduceAlgo::OneShot: return "oneshot";
     case AllreduceAlgo::TwoShot: return "twoshot";
     case AllreduceAlgo::Bandwidth: return "bandwidth";
+    case AllreduceAlgo::ZeroCopy: return "zero_copy";
   }
   return "?";
 }
@@ -143,7 +144,8 @@ AllreduceAlgo parse_allreduce_algo(const std::string& s) {
   if (v == "oneshot" || v == "one_shot" || v == "one-shot") return AllreduceAlgo::OneShot;
   if (v == "twoshot" || v == "two_shot" || v == "two-shot") return AllreduceAlgo::TwoShot;
   if (v == "bandwidth" || v == "bw") return AllreduceAlgo::Bandwidth;
-  throw InvalidArgument(cat("PEERLINK_ALLREDUCE_ALGO='", s, "' is not one of oneshot, twoshot, bandwidth, auto"));
+  if (v == "zero_copy" || v == "zerocopy" || v == "zero-copy" || v == "zc") return AllreduceAlgo::ZeroCopy;
+  throw InvalidArgument(cat("PEERLINK_ALLREDUCE_ALGO='", s, "' is not one of oneshot, twoshot, bandwidth, zero_copy, auto"));
 }
 
 const char* to_string(CollAlgo a) {

@@ -19,6 +19,7 @@
 
 #include "collectives/coll_state.h"
 #include "collectives/gpu_gate.h"
+#include "device_window.h"
 #include "coll_harness.h"
 #include "gpu/runtime.h"
 #include "peerlink/device.h"
@@ -39,30 +40,6 @@ Options zc_opts() {
   o.timeout = std::chrono::milliseconds(60000);
   return o;
 }
-
-// A registered window over `bytes` of device memory, from device::alloc or Communicator::alloc.
-struct DeviceWindow {
-  Communicator& comm;
-  bool from_comm;
-  size_t bytes;
-  char* base;
-  uint64_t id = 0;
-  DeviceWindow(Communicator& c, bool use_comm_alloc, size_t n)
-      : comm(c), from_comm(use_comm_alloc), bytes(n),
-        base(static_cast<char*>(use_comm_alloc ? c.alloc(n) : peerlink::device::alloc(n))) {
-    id = peerlink::register_window(comm, base, bytes);
-  }
-  ~DeviceWindow() {
-    try {
-      if (id) peerlink::deregister_window(comm, id);
-    } catch (...) {  // a failed test reports its own error
-    }
-    if (from_comm) comm.free(base);
-    else peerlink::device::free(base);
-  }
-  DeviceWindow(const DeviceWindow&) = delete;
-  DeviceWindow& operator=(const DeviceWindow&) = delete;
-};
 
 // The harness's buffers carved out of the window, stack-wise: run_case allocates and releases in
 // the same order with the same sizes on every rank, so every rank's recvbuf is at the same offset
