@@ -110,6 +110,12 @@ TEST(Config, ValidateHoldsValuesFromCodeToTheSameRules) {
   ok.p2p_level = "nvl";
   ok.allreduce_algo = "bandwidth";
   EXPECT_NO_THROW(ok.validate());
+  for (const char* zc : {"zero_copy", "ZC", "zero-copy", "zerocopy"}) {
+    EXPECT_EQ(parse_allreduce_algo(zc), AllreduceAlgo::ZeroCopy) << zc;
+    ok.allreduce_algo = zc;
+    EXPECT_NO_THROW(ok.validate()) << zc;
+  }
+  EXPECT_STREQ(to_string(AllreduceAlgo::ZeroCopy), "zero_copy");
 }
 
 // The Communicator runs the same validate() before any rendezvous (nothing is created).
