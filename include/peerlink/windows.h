@@ -11,7 +11,7 @@
 // Which collectives use it: all_gather, all_to_all and broadcast, for pieces of at least
 // Options::coll_zero_copy_min bytes (PEERLINK_COLL_ZERO_COPY_MIN), or always with
 // PEERLINK_<COLLECTIVE>_ALGO=zero_copy; reduce and reduce_scatter read the peers' sendbufs in it
-// instead; allreduce needs both sendbuf and recvbuf in windows (3+ ranks from 16 MB, or
+// instead; allreduce needs both sendbuf and recvbuf in windows (4 ranks at 16-64 MB, or
 // PEERLINK_ALLREDUCE_ALGO=zero_copy). Inside a CUDA graph capture a collective on buffers in no
 // window registers its window buffer by itself (Options::coll_graph_register).
 #pragma once

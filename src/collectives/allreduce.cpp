@@ -51,19 +51,21 @@ AllreduceAlgo resolve(const Options& opts, int world, size_t bytes, bool host, b
 }
 
 // Auto takes the zero-copy allreduce (zc_allreduce.cpp) when sendbuf and recvbuf lie in windows
-// every rank mapped and this says so. nccl-tests all_reduce_perf -G 100 bf16, us, zero-copy forced
-// (PEERLINK_ALLREDUCE_ALGO) against the bandwidth kernel and NCCL's best (session 24 calls 1-2):
+// every rank mapped and this says so. nccl-tests all_reduce_perf -G 100 bf16, us, zero-copy (forced,
+// or auto as landed) against the bandwidth kernel and NCCL's best (session 24 calls 1-2 and 8):
 //   2x H200:  4 MB 51.3 / 23.3, 16 MB 110.9 / 60.5, 64 MB 228.2 / 206.4, 256 MB 828.8 / 780.8 (NCCL
 //             46.5, 72.2, 232.1, 861.9): never (its reads and stores share both directions of the one
 //             link; the bandwidth kernel only stores, and one-shot takes up to 8 MB anyway);
-//   4x H200, 64 blocks: 4 MB 95.4 / 39.1, 16 MB 106.0 / 115.5, 64 MB 354.3 / 389.6, 256 MB 1322 / 1317
-//             (NCCL 41.0, 98.4, 317.5, 1157.7): from 16 MB to below 128 MB with 3+ ranks when every
-//             pair is NVLink. 128 MB was not measured with 64 blocks (160 blocks: 722 against 705) and
-//             256 MB is a tie, so the bandwidth kernel keeps them. 3 ranks: not measured (same rule).
+//   4x H200, 64 blocks: 4 MB 36.5 (by auto: two-shot) / 39.1, 16 MB 105.1 / 115.4, 32 MB 190.5 /
+//             217.0, 64 MB 354.5 / 389.0, 128 MB 704.0 / 703.5, 256 MB 1313.6 / 1314.4 (NCCL 41.7,
+//             98.2, 169.5, 318.6, 601.2, 1172.4): from 16 MB to below 128 MB with 4 ranks when every
+//             pair is NVLink;
+//   3 of those GPUs: 16 MB 177.2 / 91.1, 32 MB 196.4 / 172.2, 64 MB 357.1 / 318.2: never. 5+ ranks:
+//             not measured, never.
 // The host backend takes it from 64 KB so that CI runs the choice.
 bool zero_copy_auto(size_t bytes, int world, bool host, bool nvlink) {
   if (host) return bytes >= (size_t(64) << 10);
-  return world >= 3 && nvlink && bytes >= (size_t(16) << 20) && bytes < (size_t(128) << 20);
+  return world == 4 && nvlink && bytes >= (size_t(16) << 20) && bytes < (size_t(128) << 20);
 }
 
 // The windows of a zero-copy allreduce, when it runs: forced (Options::allreduce_algo, which then

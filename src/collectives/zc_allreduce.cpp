@@ -8,8 +8,8 @@
 // Why: the staged bandwidth kernel (allreduce_kernels.cu) crosses the link as often, but also
 // copies through the scratch on both sides and waits for the peers twice per chunk. Here the reads
 // of shard p (one link direction) overlap the stores of shard p (the other), and nothing is copied
-// twice. It pays with 3+ ranks from 16 MB (allreduce.cpp, zero_copy_auto, with the numbers); with 2
-// ranks the bandwidth kernel stays ahead.
+// twice. It pays with 4 ranks at 16-64 MB (allreduce.cpp, zero_copy_auto, with the numbers); with 2
+// or 3 ranks the bandwidth kernel stays ahead.
 //
 // In place (sendbuf == recvbuf) is safe: shard p of every rank's buffer is read and written by rank
 // p alone, each element read (every rank's copy of it) before it is written. The entry step orders

@@ -1,10 +1,10 @@
 // The zero-copy allreduce on GPUs (zc_allreduce.cpp): sendbuf and recvbuf in one registered window
-// of device memory, forced (PEERLINK_ALLREDUCE_ALGO=zero_copy) and by auto (with 3+ ranks the ~32 MB
-// case takes it; with 2 auto never does, and the case checks the other paths on windows), bf16 / f16 / f32 / i64 x sum / max / prod x counts 1, 7, 4097 and ~32 MB, in place
+// of device memory, forced (PEERLINK_ALLREDUCE_ALGO=zero_copy) and by auto (with 4 NVLink ranks the
+// ~32 MB case takes it; otherwise auto never does, and the case checks the other paths on windows), bf16 / f16 / f32 / i64 x sum / max / prod x counts 1, 7, 4097 and ~32 MB, in place
 // and not, 16-byte aligned and 8 bytes off (the unaligned kernel path), against the float64
 // reference, bitwise equal across ranks, guard bytes after recvbuf; and plain buffers captured into
-// a graph (graph windows, Options::coll_graph_register; 3+ ranks by auto, 2 forced with windows made
-// by eager calls too), replayed 20 times with new inputs, in place and not. Runs only when PEERLINK_TEST_GPUS >= 2; rank r uses device PEERLINK_TEST_DEVICES[r].
+// a graph (graph windows, Options::coll_graph_register; by auto where auto takes it, else forced with
+// windows made by eager calls too), replayed 20 times with new inputs, in place and not. Runs only when PEERLINK_TEST_GPUS >= 2; rank r uses device PEERLINK_TEST_DEVICES[r].
 #include <gtest/gtest.h>
 
 #include <string>
@@ -99,8 +99,9 @@ TEST(AllreduceZcGpu, AutoEveryTypeAndSize) {
 
 // Plain device buffers (no window): captured into a graph, the zero-copy allreduce gives both buffers
 // graph windows (two, or one in place); each graph is replayed 20 times with a new input before each
-// replay. int32 sums, checked element by element. 3+ ranks: auto (the eager call before the capture
-// is staged); 2 ranks: forced, and coll_graph_register 2 (the eager call makes the windows).
+// replay. int32 sums, checked element by element. 4 ranks over NVLink: auto (the eager call before
+// the capture is staged); otherwise forced, and coll_graph_register 2 (the eager call makes the
+// windows).
 TEST(AllreduceZcGpu, GraphWindowsReplay) {
   REQUIRE_GPUS();
   const std::vector<int> devs = gpu_test_devices();
@@ -108,8 +109,13 @@ TEST(AllreduceZcGpu, GraphWindowsReplay) {
   std::string uid = unique_test_id("garzc-graph");
   std::string fail = run_ranks(world, [&](int rank) {
     gpu::set_device(devs[rank]);
-    Options o = ar_opts(world >= 3 ? "" : "zero_copy");
-    if (world < 3) o.coll_graph_register = 2;
+    // Where auto takes the zero-copy allreduce at 32 MB (allreduce.cpp): 4 ranks, every pair NVLink.
+    const bool by_auto = world == 4 && [&] {
+      Communicator probe(uid + "-probe", rank, world, devs[rank], ar_opts(""));
+      return peerlink::coll::coll_state(probe).nvlink_all;
+    }();
+    Options o = ar_opts(by_auto ? "" : "zero_copy");
+    if (!by_auto) o.coll_graph_register = 2;
     Communicator comm(uid, rank, world, devs[rank], o);
     gpu::Stream s = gpu::stream_create();
     const size_t n = (size_t(32) << 20) / 4 + 12, b = n * 4;  // just above 32 MB of int32
