@@ -24,12 +24,7 @@ using peerlink::Options;
 namespace gpu = peerlink::gpu;
 
 
-Options opts(const char* algo, int timeout_ms = 30000) {
-  Options o = Options::from_env();
-  o.allreduce_algo = algo;
-  o.timeout = std::chrono::milliseconds(timeout_ms);
-  return o;
-}
+Options opts(const char* algo, int timeout_ms = 30000) { return allreduce_opts(algo, timeout_ms); }
 
 // An algorithm plus optional tuning variables that select a kernel within it. Options are read
 // from the environment when the Communicator is made (opts()), so a ScopedEnv must exist first.

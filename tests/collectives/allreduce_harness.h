@@ -5,6 +5,7 @@
 #pragma once
 #include <sys/mman.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -13,6 +14,7 @@
 
 #include "collectives/reduce_ops.h"
 #include "peerlink/collectives.h"
+#include "peerlink/options.h"
 #include "support/mp.h"
 
 namespace pltest::coll {
@@ -20,6 +22,14 @@ namespace pltest::coll {
 using peerlink::DataType;
 using peerlink::ReduceOp;
 namespace pc = peerlink::coll;
+
+// Options from the environment with the allreduce algorithm forced ("" = auto) and a timeout.
+inline peerlink::Options allreduce_opts(const char* algo, int timeout_ms) {
+  peerlink::Options o = peerlink::Options::from_env();
+  o.allreduce_algo = algo;
+  o.timeout = std::chrono::milliseconds(timeout_ms);
+  return o;
+}
 
 inline uint64_t mix(uint64_t x) {
   x += 0x9E3779B97F4A7C15ULL;

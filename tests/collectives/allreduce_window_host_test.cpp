@@ -24,13 +24,6 @@ using namespace pltest::coll;
 using peerlink::Communicator;
 using peerlink::Options;
 
-Options zc_opts(const char* algo, int timeout_ms = 20000) {
-  Options o = Options::from_env();
-  o.allreduce_algo = algo;
-  o.timeout = std::chrono::milliseconds(timeout_ms);
-  return o;
-}
-
 // One comm.alloc allocation filled with 0xA5; the window covers [kLead, kLead + win). sendbuf at
 // window offset 8, recvbuf after it (8-aligned), the same on every rank.
 struct Arena {
@@ -71,7 +64,7 @@ void sweep(int world, const char* algo, const std::vector<size_t>& counts) {
   HashTable hashes(world, cases);
   std::string uid = unique_test_id(std::string("arzc-") + algo + std::to_string(world));
   std::string fail = run_ranks(world, [&](int rank) {
-    Communicator comm(uid, rank, world, peerlink::kHostDevice, zc_opts(algo));
+    Communicator comm(uid, rank, world, peerlink::kHostDevice, allreduce_opts(algo, 20000));
     Arena arena(comm, size_t(1) << 20);
     int c = 0;
     for (DataType t : kTypes)
@@ -117,7 +110,7 @@ TEST(AllreduceWindowHost, ForcedWithoutWindowIsRefused) {
   Shared out(2);
   std::string uid = unique_test_id("arzc-nowin");
   std::string fail = run_ranks(2, [&](int rank) {
-    Communicator comm(uid, rank, 2, peerlink::kHostDevice, zc_opts("zero_copy", 3000));
+    Communicator comm(uid, rank, 2, peerlink::kHostDevice, allreduce_opts("zero_copy", 3000));
     std::vector<float> s(1000, 1.5f + rank), d(1000, -3.0f);
     int64_t took = 0;
     out.v[rank] = outcome_of([&] { peerlink::allreduce(comm, s.data(), d.data(), 1000, DataType::F32, ReduceOp::Sum); }, &took);
@@ -144,7 +137,7 @@ TEST(AllreduceWindowHost, OffsetsThatDifferAreRefused) {
     Shared out(2);
     std::string uid = unique_test_id("arzc-offsets" + std::to_string(variant));
     std::string fail = run_ranks(2, [&](int rank) {
-      Communicator comm(uid, rank, 2, peerlink::kHostDevice, zc_opts("zero_copy", 3000));
+      Communicator comm(uid, rank, 2, peerlink::kHostDevice, allreduce_opts("zero_copy", 3000));
       const size_t n = 4096, bytes = n * 4;  // sendbuf and recvbuf: 16 KB each
       Arena arena(comm, variant == 0 && rank == 1 ? 2 * bytes : 4 * bytes);
       const size_t at = rank == 1 ? 0 : variant == 0 ? 2 * bytes : 1024;
@@ -170,7 +163,7 @@ TEST(AllreduceWindowHost, BackToBackMixedWithOtherPaths3Ranks) {
   const int world = 3;
   std::string uid = unique_test_id("arzc-b2b");
   std::string fail = run_ranks(world, [&](int rank) {
-    Options o = zc_opts("");
+    Options o = allreduce_opts("", 20000);
     o.all_gather_algo = "zero_copy";
     Communicator comm(uid, rank, world, peerlink::kHostDevice, o);
     Arena arena(comm, 1 << 20);

@@ -26,13 +26,6 @@ using peerlink::Communicator;
 using peerlink::Options;
 namespace gpu = peerlink::gpu;
 
-Options ar_opts(const char* algo) {
-  Options o = Options::from_env();
-  o.allreduce_algo = algo;
-  o.timeout = std::chrono::milliseconds(60000);
-  return o;
-}
-
 const DataType kTypes[] = {DataType::BF16, DataType::F16, DataType::F32, DataType::I64};
 const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Prod};
 const size_t kBig = (size_t(32) << 20) + 48;  // bytes of the large case (an odd count in 2-byte types)
@@ -47,7 +40,7 @@ void every_case(const char* tag, const char* algo) {
   std::string uid = unique_test_id(tag);
   std::string fail = run_ranks(world, [&](int rank) {
     gpu::set_device(devs[rank]);
-    Communicator comm(uid, rank, world, devs[rank], ar_opts(algo));
+    Communicator comm(uid, rank, world, devs[rank], allreduce_opts(algo, 60000));
     gpu::Stream s = gpu::stream_create();
     DeviceWindow w(comm, rank % 2 == 0, 2 * (kBig + 4096));
     int c = 0;
@@ -111,10 +104,10 @@ TEST(AllreduceZcGpu, GraphWindowsReplay) {
     gpu::set_device(devs[rank]);
     // Where auto takes the zero-copy allreduce at 32 MB (allreduce.cpp): 4 ranks, every pair NVLink.
     const bool by_auto = world == 4 && [&] {
-      Communicator probe(uid + "-probe", rank, world, devs[rank], ar_opts(""));
+      Communicator probe(uid + "-probe", rank, world, devs[rank], allreduce_opts("", 60000));
       return peerlink::coll::coll_state(probe).nvlink_all;
     }();
-    Options o = ar_opts(by_auto ? "" : "zero_copy");
+    Options o = allreduce_opts(by_auto ? "" : "zero_copy", 60000);
     if (!by_auto) o.coll_graph_register = 2;
     Communicator comm(uid, rank, world, devs[rank], o);
     gpu::Stream s = gpu::stream_create();
