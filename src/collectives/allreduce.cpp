@@ -44,8 +44,9 @@ AllreduceAlgo choose(size_t bytes, int world, bool host, bool nvlink) {
   return AllreduceAlgo::Bandwidth;
 }
 
-AllreduceAlgo resolve(const Options& opts, int world, size_t bytes, bool host, bool nvlink) {
-  AllreduceAlgo a = parse_allreduce_algo(opts.allreduce_algo);
+// `forced`: Options::allreduce_algo, parsed (Auto when unset).
+AllreduceAlgo resolve(AllreduceAlgo forced, int world, size_t bytes, bool host, bool nvlink) {
+  AllreduceAlgo a = forced;
   if (a == AllreduceAlgo::ZeroCopy && world < 2) a = AllreduceAlgo::Auto;  // nothing to share
   return a == AllreduceAlgo::Auto ? choose(bytes, world, host, nvlink) : a;
 }
@@ -68,15 +69,14 @@ bool zero_copy_auto(size_t bytes, int world, bool host, bool nvlink) {
   return world == 4 && nvlink && bytes >= (size_t(16) << 20) && bytes < (size_t(128) << 20);
 }
 
-// The windows of a zero-copy allreduce, when it runs: forced (Options::allreduce_algo, which then
+// The windows of a zero-copy allreduce, when it runs: forced (`forced`, Options::allreduce_algo parsed;
 // throws InvalidArgument where a buffer lies in no window every rank mapped) or by auto from
 // zero_copy_auto(). Buffers in no registered window get graph windows as the other collectives' do
 // (Options::coll_graph_register, collectives.cpp); every input of the choice is the same on every
 // rank (sizes, options, being captured, the window contract). Caller holds st.mu.
-bool zero_copy_windows(coll::CollState& st, const void* src, void* dst, size_t bytes,
+bool zero_copy_windows(coll::CollState& st, AllreduceAlgo forced, const void* src, void* dst, size_t bytes,
                        void* stream, const coll::Window** ws, const coll::Window** wr) {
   const Options& o = st.svc->options();
-  const AllreduceAlgo forced = parse_allreduce_algo(o.allreduce_algo);
   if (st.world < 2) return false;
   if (forced != AllreduceAlgo::ZeroCopy &&
       (forced != AllreduceAlgo::Auto || !zero_copy_auto(bytes, st.world, st.host, st.nvlink_all)))
@@ -249,7 +249,7 @@ void coll::check_collective_error(coll::CollState& st) { check_device_error(st);
 AllreduceAlgo allreduce_algo_for(Communicator& comm, size_t bytes) {
   const detail::CommServices& svc = detail::services(comm);
   const bool host = comm.device() == kHostDevice;
-  return resolve(svc.options(), comm.world_size(), bytes, host, !host && coll::nvlink_to_all(svc, comm.world_size()));
+  return resolve(parse_allreduce_algo(svc.options().allreduce_algo), comm.world_size(), bytes, host, !host && coll::nvlink_to_all(svc, comm.world_size()));
 }
 
 void allreduce_check(Communicator& comm) {
@@ -280,10 +280,11 @@ void allreduce(Communicator& comm, const void* sendbuf, void* recvbuf, size_t co
   coll::CollState& st = coll::coll_state(comm);
   std::lock_guard<std::mutex> g(st.mu);
   check_device_error(st);
-  AllreduceAlgo algo = resolve(st.svc->options(), st.world, bytes, st.host, st.nvlink_all);
+  const AllreduceAlgo forced = parse_allreduce_algo(st.svc->options().allreduce_algo);
+  AllreduceAlgo algo = resolve(forced, st.world, bytes, st.host, st.nvlink_all);
   if (count == 0) return;
   const coll::Window *ws = nullptr, *wr = nullptr;
-  if (zero_copy_windows(st, sendbuf, recvbuf, bytes, stream, &ws, &wr)) algo = AllreduceAlgo::ZeroCopy;
+  if (zero_copy_windows(st, forced, sendbuf, recvbuf, bytes, stream, &ws, &wr)) algo = AllreduceAlgo::ZeroCopy;
   if (st.host) {
     try {
       if (algo == AllreduceAlgo::ZeroCopy)
