@@ -55,6 +55,10 @@ enum class CollAlgo {
   // host backend by memcpy), when recvbuf lies in a registered window (peerlink/windows.h); forced
   // on a buffer outside any window it is InvalidArgument.
   ZeroCopy,
+  // broadcast and reduce only (forced on another collective it is InvalidArgument): the buffer cut
+  // into one shard per non-root rank, which relays its shard (broadcast) or reduces it (reduce), so
+  // no link carries the buffer more than about once; one more step than Push (coll_plan.h).
+  TwoHop,
 };
 
 // How memory exported by file descriptor reaches a peer (Options::fd_passing / PEERLINK_FD_PASSING).

@@ -4,6 +4,7 @@
 // local memory and is bounded by the device clock, sequence numbers live on the device (per-block
 // counters), so calls are graph-capturable and replays need no host work.
 #include "collectives/coll_launch.h"
+#include "collectives/coll_two_hop.h"
 #include "collectives/device_compat.h"
 #include "collectives/device_reduce.h"
 #include "collectives/device_sync.h"
@@ -297,8 +298,11 @@ void launch_typed(const CollLaunchArgs& c, DevStream st) {
       }
     }
     throw InvalidArgument(common::cat("collective: no LL kernel for kind ", c.d.kind, " with op ", Op));
-  } else
+  } else if (c.two_hop) {
+    gpu::dev::launch(coll_two_hop_kernel<T, Op>, unsigned(a.blocks), unsigned(a.threads), st, a.pdl, c);
+  } else {
     gpu::dev::launch(coll_push_kernel<T, Op>, unsigned(a.blocks), unsigned(a.threads), st, a.pdl, c);
+  }
 }
 
 template <typename T>

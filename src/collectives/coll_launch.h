@@ -20,6 +20,7 @@ struct CollLaunchArgs {
   bool ll = false;       // one step through LL lines
   size_t ll_words_per_block = 0;  // LL: 8-byte words of each piece per block
   bool ll128 = false;    // one step through LL128 lines (coll_ll128_kernels.cu; not all_to_all_v)
+  bool two_hop = false;  // push path, the two-hop plan of broadcast / reduce (coll_two_hop.h)
 };
 
 // Enqueues the collective on `stream`. Throws InvalidArgument / GpuError when the launch fails.

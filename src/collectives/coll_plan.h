@@ -143,6 +143,40 @@ PL_HD size_t sub_range(size_t count, size_t step, size_t chunk, size_t rel, size
   return clen - rel < per_block ? clen - rel : per_block;
 }
 
+// ---- Two-hop plan of the rooted kinds (CollAlgo::TwoHop: broadcast, reduce) ------------------
+// The plain push sends the whole buffer between the root and every peer, so the root's link carries
+// it world - 1 times (4x H200, session 22: reduce 128 MB 1098 us against NCCL's 387). Two hops
+// instead: the count is cut into world - 1 shards, shard i owned by non-root rank owner_rank(i).
+//   reduce:    every rank pushes chunk k of shard i to its owner (the root too; nothing goes to the
+//              root in this hop); the owner reduces chunk k in rank order and stores the result
+//              straight into the root's scratch slot of step k + 1, position [owner]; at step k + 1
+//              the root copies it to recvbuf.
+//   broadcast: the root pushes chunk k of shard i to its owner; the owner copies it to its recvbuf
+//              and stores it into every other non-root's scratch slot of step k + 1, position
+//              [owner]; at step k + 1 they copy it to their recvbufs.
+// Every link then carries about the buffer once, at the price of one more step (steps = chunks of a
+// shard + 1). Why the step k + 1 stores are safe (layout.h's two-slot argument): a rank writes a
+// peer's slot of step k + 1 during its step k, after it saw the peer's step-k flag, which the peer
+// set after it finished reading that slot at step k - 1; its own step k + 1 flag (a release after
+// those stores) tells the peer the data is there. Position [owner] of a slot is written by the
+// owner alone in both hops (the root is no owner, so nobody pushes to it in the first hop).
+PL_HD bool rooted(int kind) { return kind == kBroadcast || kind == kReduce; }
+// Rank of shard i's owner (i < world - 1), and the shard a non-root rank owns.
+PL_HD int owner_rank(const CollDesc& d, int i) { return i < d.root ? i : i + 1; }
+PL_HD int owned_shard(const CollDesc& d, int r) { return r < d.root ? r : r - 1; }
+// Elements of every shard but the last ones (a multiple of 16 bytes, so chunks stay aligned).
+PL_HD size_t two_hop_shard(const CollDesc& d) {
+  const size_t vec = 16 / d.elem, owners = d.world > 1 ? size_t(d.world - 1) : 1;
+  const size_t per = (d.count + owners - 1) / owners;
+  return (per + vec - 1) / vec * vec;
+}
+// Shard i: its first element (*off) and its count (0 past the end).
+PL_HD size_t shard_range(const CollDesc& d, int i, size_t shard, size_t* off) {
+  *off = size_t(i) * shard;
+  if (*off >= d.count) return 0;
+  return d.count - *off < shard ? d.count - *off : shard;
+}
+
 // Grid of the push path: block b moves [b*per_block, +per_block) of every chunk and exchanges flags
 // with block b of the peers, so every rank must compute the same grid: from the chunk (same scratch,
 // same dtype) and, except for all_to_all_v, from the piece size every rank shares. all_to_all_v
@@ -153,16 +187,18 @@ struct PushGrid {
   size_t chunk = 0, steps = 0, per_block = 0;  // steps 0 for all_to_all_v (agreed at run time)
   int blocks = 1;
 };
-inline PushGrid push_grid(const CollDesc& d, size_t cap, int threads, int max_blocks, int blocks_override) {
+// two_hop: the grid of the two-hop plan (pieces: shards; one more step).
+inline PushGrid push_grid(const CollDesc& d, size_t cap, int threads, int max_blocks, int blocks_override,
+                          bool two_hop = false) {
   PushGrid g;
-  const size_t vec = 16 / d.elem, maxp = local_max_piece(d);
+  const size_t vec = 16 / d.elem, maxp = two_hop ? two_hop_shard(d) : local_max_piece(d);
   g.chunk = chunk_elems(cap, d.elem);
   auto clamp = [&](size_t want) { return int(want < 1 ? 1 : want > size_t(max_blocks) ? size_t(max_blocks) : want); };
   size_t span = g.chunk;
   if (d.kind == kAllToAllV) {
     g.blocks = clamp(cap / 8 < 32 ? cap / 8 : 32);
   } else {
-    g.steps = (maxp + g.chunk - 1) / g.chunk;
+    g.steps = (maxp + g.chunk - 1) / g.chunk + (two_hop ? 1 : 0);
     span = maxp < g.chunk ? maxp : g.chunk;
     // ~4 16-byte units per thread and peer per step: latency-sized grids for medium messages, the
     // whole GPU from ~4 MB per piece (UNMEASURED).

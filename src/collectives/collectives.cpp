@@ -108,6 +108,9 @@ const void* zc_buffer(const coll::CollDesc& d, const void* src, const void* dst,
 // is the collective's parsed algo option.
 bool zc_wanted(const Options& o, const Call& c, CollAlgo forced) {
   if (forced == CollAlgo::ZeroCopy) return true;
+  // reduce on 3+ ranks: the zero-copy root pulls every peer's whole sendbuf (4x H200, session 22:
+  // 256 MB 2177 us against NCCL's 752); the two-hop plan's root takes the buffer in once.
+  if (c.d.kind == coll::kReduce && c.d.world >= 3) return false;
   const size_t piece_bytes = coll::local_max_piece(c.d) * c.d.elem;
   return forced == CollAlgo::Auto && o.coll_zero_copy_min > 0 &&
          piece_bytes >= (coll::reducing(c.d.kind) ? pull_min(c.d.kind) : o.coll_zero_copy_min);
@@ -171,12 +174,20 @@ CollAlgo choose(const coll::CollState& st, const Call& c, const coll::Window* w)
   }
   if (forced == CollAlgo::CopyEngine) return st.host || st.world < 2 ? CollAlgo::Push : CollAlgo::CopyEngine;
   if (forced == CollAlgo::Push) return CollAlgo::Push;
+  if (forced == CollAlgo::TwoHop) {
+    if (!coll::rooted(c.d.kind))
+      throw InvalidArgument(cat(c.name, ": two_hop forced (Options) but only broadcast and reduce have a two-hop path"));
+    return st.world < 2 ? CollAlgo::Push : CollAlgo::TwoHop;
+  }
   if (!st.host && st.world >= 2 && ce_kind(c.d.kind) && o.coll_ce_min > 0 && piece_bytes >= o.coll_ce_min)
     return CollAlgo::CopyEngine;
   const size_t ll128_above = st.host ? kHostLl128Above : kCollLl128Above;
   if (st.ll128_max > 0 && piece_bytes > ll128_above && piece_bytes <= st.ll128_max) return CollAlgo::LL128;
   size_t ll_max = std::min(st.ll_max, o.coll_ll_max);  // host: st.ll_max is its 16 KB area
-  return ll_max > 0 && piece_bytes <= ll_max ? CollAlgo::LL : CollAlgo::Push;
+  if (ll_max > 0 && piece_bytes <= ll_max) return CollAlgo::LL;
+  // Rooted kinds on 3+ ranks: the push path's root link carries the buffer world - 1 times, the
+  // two-hop plan's about once for one more step (coll_plan.h).
+  return coll::rooted(c.d.kind) && st.world >= 3 ? CollAlgo::TwoHop : CollAlgo::Push;
 }
 
 int clamp_int(size_t want, int lo, int hi) { return static_cast<int>(std::max<size_t>(lo, std::min<size_t>(want, hi))); }
@@ -211,7 +222,8 @@ void device_run(coll::CollState& st, const Call& c, CollAlgo algo, const coll::W
     const size_t warps = size_t(a.threads) / 32, stores = (lines + 3) / 4;
     a.blocks = st.blocks_override > 0 ? st.blocks_override : clamp_int((stores + warps - 1) / warps, 1, coll::kMaxBlocks);
   } else {
-    coll::PushGrid g = coll::push_grid(c.d, st.layout.cap, a.threads, all, st.blocks_override);
+    L.two_hop = algo == CollAlgo::TwoHop;
+    coll::PushGrid g = coll::push_grid(c.d, st.layout.cap, a.threads, all, st.blocks_override, L.two_hop);
     L.chunk = g.chunk;
     L.steps = g.steps;
     L.per_block = g.per_block;

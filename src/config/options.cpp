@@ -156,6 +156,7 @@ const char* to_string(CollAlgo a) {
     case CollAlgo::Push: return "push";
     case CollAlgo::CopyEngine: return "ce";
     case CollAlgo::ZeroCopy: return "zero_copy";
+    case CollAlgo::TwoHop: return "two_hop";
   }
   return "?";
 }
@@ -168,7 +169,9 @@ CollAlgo parse_coll_algo(const std::string& s) {
   if (v == "push" || v == "direct") return CollAlgo::Push;
   if (v == "ce" || v == "copy_engine" || v == "copyengine") return CollAlgo::CopyEngine;
   if (v == "zero_copy" || v == "zc" || v == "zerocopy") return CollAlgo::ZeroCopy;
-  throw InvalidArgument(cat("collective algorithm '", s, "' is not one of ll, ll128, push, ce, zero_copy, auto"));
+  if (v == "two_hop" || v == "twohop" || v == "two-hop") return CollAlgo::TwoHop;
+  throw InvalidArgument(
+      cat("collective algorithm '", s, "' is not one of ll, ll128, push, ce, zero_copy, two_hop, auto"));
 }
 
 namespace {
@@ -312,11 +315,14 @@ void Options::validate() const {
   check_size(kLl128Max, allreduce_ll128_max);
   check(kPdl, allreduce_pdl);
   for (const auto& k : kCollAlgoKnobs) {
+    CollAlgo a;
     try {
-      parse_coll_algo(this->*k.field);
+      a = parse_coll_algo(this->*k.field);
     } catch (const InvalidArgument& e) {
       throw InvalidArgument(cat(k.var, ": ", e.what()));
     }
+    if (a == CollAlgo::TwoHop && k.field != &Options::broadcast_algo && k.field != &Options::reduce_algo)
+      throw InvalidArgument(cat(k.var, "='", this->*k.field, "': two_hop is a path of broadcast and reduce only"));
   }
   check_size(kCollLlMax, coll_ll_max);
   check_size(kCollCeMin, coll_ce_min);

@@ -27,7 +27,9 @@ namespace gpu = peerlink::gpu;
 Options opts(const char* algo, size_t scratch = 0) {
   Options o = Options::from_env();
   o.allreduce_scratch_bytes = scratch;
-  o.all_gather_algo = o.reduce_scatter_algo = o.broadcast_algo = o.reduce_algo = o.all_to_all_algo = algo;
+  o.broadcast_algo = o.reduce_algo = algo;
+  if (std::string(algo) != "two_hop")  // a path of the rooted kinds only (Options::validate)
+    o.all_gather_algo = o.reduce_scatter_algo = o.all_to_all_algo = algo;
   o.timeout = std::chrono::milliseconds(60000);
   return o;
 }
@@ -50,26 +52,23 @@ Mem device_mem(Communicator& comm, gpu::Stream s) {
 const std::vector<Kind> kAll = {Kind::AllGather, Kind::ReduceScatter, Kind::Broadcast,
                                 Kind::Reduce,    Kind::AllToAll,      Kind::AllToAllV};
 
-// Every kind x dtype (reducing kinds: sum and max; bf16 and f32 with every op) x size, per algorithm.
-TEST(CollectivesGpu, Correctness) {
-  REQUIRE_GPUS();
+struct Algo {
+  const char* name;
+  size_t scratch;
+  std::vector<size_t> sizes;
+};
+
+// Every kind of `kinds` x dtype (reducing kinds: sum and max; bf16 and f32 with every op) x size, per
+// algorithm.
+void correctness(const std::vector<Algo>& algos, const std::vector<Kind>& kinds, const char* uid_prefix) {
   const std::vector<int> devs = gpu_test_devices();
   const int world = int(devs.size());
   const DataType types[] = {DataType::BF16, DataType::F32, DataType::F16, DataType::F64, DataType::I32, DataType::I64};
-  // ll: pieces within the LL area (512 KB: 65531 x 8 B fits, 65537 x 8 B did not); ll128: LL128
-  // lines from one element to pieces of 2.4 MB (within the 4 MB default); push with 64 KB scratch
-  // positions (many steps per call, several blocks per step); auto with the default scratch (2
-  // ranks: 16 MB chunks; LL128 for pieces of 128 KB-4 MB).
-  struct Algo { const char* name; size_t scratch; std::vector<size_t> sizes; };
-  const Algo algos[] = {{"ll", 0, {1, 3, 1001, 4099, 65531}},
-                        {"ll128", 0, {1, 3, 15, 61, 1001, 4099, 300001}},
-                        {"push", 65536, {1, 3, 1001, 65537, 300001}},
-                        {"", 0, {1, 7, 4099, 300001, 2000001}}};
   const int kMaxCases = 4 * 6 * 6 * 4 * 7;
   HashTable hashes(world, kMaxCases);
   int cases = 0;
   for (const Algo& a : algos)
-    for (Kind k : kAll)
+    for (Kind k : kinds)
       for (DataType t : types)
         for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod}) {
           bool all_ops = t == DataType::F32 || t == DataType::BF16;
@@ -77,7 +76,7 @@ TEST(CollectivesGpu, Correctness) {
             continue;
           cases += int(a.sizes.size());
         }
-  std::string uid = unique_test_id("gco");
+  std::string uid = unique_test_id(uid_prefix);
   std::string fail = run_ranks(world, [&](int rank) {
     gpu::set_device(devs[rank]);
     int c = 0, ai = 0;
@@ -85,7 +84,7 @@ TEST(CollectivesGpu, Correctness) {
       Communicator comm(uid + std::to_string(ai++), rank, world, devs[rank], opts(a.name, a.scratch));
       gpu::Stream s = gpu::stream_create();
       Mem mem = device_mem(comm, s);
-      for (Kind k : kAll)
+      for (Kind k : kinds)
         for (DataType t : types)
           for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod}) {
             bool all_ops = t == DataType::F32 || t == DataType::BF16;
@@ -109,6 +108,29 @@ TEST(CollectivesGpu, Correctness) {
   }, std::chrono::milliseconds(600000));
   EXPECT_EQ(fail, "");
   EXPECT_EQ(hashes.mismatch(cases), "");
+}
+
+// ll: pieces within the LL area (512 KB: 65531 x 8 B fits, 65537 x 8 B did not); ll128: LL128
+// lines from one element to pieces of 2.4 MB (within the 4 MB default); push with 64 KB scratch
+// positions (many steps per call, several blocks per step); auto with the default scratch (2
+// ranks: 16 MB chunks; LL128 for pieces of 128 KB-4 MB; 3+ ranks: two-hop broadcast and reduce
+// past LL128).
+TEST(CollectivesGpu, Correctness) {
+  REQUIRE_GPUS();
+  correctness({{"ll", 0, {1, 3, 1001, 4099, 65531}},
+               {"ll128", 0, {1, 3, 15, 61, 1001, 4099, 300001}},
+               {"push", 65536, {1, 3, 1001, 65537, 300001}},
+               {"", 0, {1, 7, 4099, 300001, 2000001}}},
+              kAll, "gco");
+}
+
+// The two-hop broadcast and reduce (coll_plan.h), every root: with 64 KB scratch positions (shards
+// of many chunks and blocks; counts below the rank count leave shards empty) and with the default
+// scratch (shards of one or two chunks).
+TEST(CollectivesGpu, TwoHopRooted) {
+  REQUIRE_GPUS();
+  correctness({{"two_hop", 65536, {1, 3, 1001, 65537, 300001}}, {"two_hop", 0, {4099, 2000001, 9000001}}},
+              {Kind::Broadcast, Kind::Reduce}, "gth");
 }
 
 // One graph holding every kind (LL and push sizes), replayed with new inputs before every replay.

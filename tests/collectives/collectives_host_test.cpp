@@ -22,7 +22,9 @@ const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::
 
 Options opts(const char* algo, size_t scratch = 0) {
   Options o = Options::from_env();
-  o.all_gather_algo = o.reduce_scatter_algo = o.broadcast_algo = o.reduce_algo = o.all_to_all_algo = algo;
+  o.broadcast_algo = o.reduce_algo = algo;
+  if (std::string(algo) != "two_hop")  // a path of the rooted kinds only (Options::validate)
+    o.all_gather_algo = o.reduce_scatter_algo = o.all_to_all_algo = algo;
   o.allreduce_scratch_bytes = scratch;
   o.timeout = std::chrono::milliseconds(20000);
   return o;
@@ -76,6 +78,17 @@ TEST(CollectivesHost, PushTwoChunks2Ranks) {
 }
 TEST(CollectivesHost, AutoAllKinds8Ranks) { sweep(8, "", kAll, {1, 17, 1001}); }
 TEST(CollectivesHost, PushAllKinds5Ranks) { sweep(5, "push", kAll, {3, 77}, 256); }
+
+// The two-hop plan of broadcast and reduce (coll_plan.h): 2-8 ranks, every root, in place and not;
+// one step and many (256-byte scratch positions: 16 f64 per chunk, so shards of several chunks and
+// blocks); counts below the rank count (empty shards) and shards that end mid-chunk. Auto takes it
+// for 3+ ranks past the LL128 area (AutoAllKinds3Ranks' 4099 elements, AutoAllKinds8Ranks' 1001).
+const std::vector<Kind> kRooted = {Kind::Broadcast, Kind::Reduce};
+TEST(CollectivesHost, TwoHopRooted2Ranks) { sweep(2, "two_hop", kRooted, {1, 3, 33, 1001}); }
+TEST(CollectivesHost, TwoHopRooted3Ranks) { sweep(3, "two_hop", kRooted, {1, 2, 7, 65, 1001, 4099}, 256); }
+TEST(CollectivesHost, TwoHopRooted4Ranks) { sweep(4, "two_hop", kRooted, {3, 63, 100003}); }
+TEST(CollectivesHost, TwoHopRooted5Ranks) { sweep(5, "two_hop", kRooted, {4, 77, 1001}, 256); }
+TEST(CollectivesHost, TwoHopRooted8Ranks) { sweep(8, "two_hop", kRooted, {1, 13, 1001}, 256); }
 
 // LL128 lines on SHM (16 KB pieces at most there): every kind, 2 and 4 ranks, sizes around the
 // 120-byte line (f32 counts 29, 30, 31) up to the area; auto takes them for pieces of 4-16 KB.

@@ -257,6 +257,21 @@ TEST(WindowOptions, ParseAndEnv) {
     EXPECT_EQ(peerlink::parse_coll_algo(s), peerlink::CollAlgo::ZeroCopy) << s;
   EXPECT_STREQ(peerlink::to_string(peerlink::CollAlgo::ZeroCopy), "zero_copy");
   EXPECT_THROW(peerlink::parse_coll_algo("zero"), InvalidArgument);
+  for (const char* s : {"two_hop", "twohop", "two-hop", "TWO_HOP"})
+    EXPECT_EQ(peerlink::parse_coll_algo(s), peerlink::CollAlgo::TwoHop) << s;
+  EXPECT_STREQ(peerlink::to_string(peerlink::CollAlgo::TwoHop), "two_hop");
+  {
+    peerlink::Options o;
+    o.broadcast_algo = o.reduce_algo = "two_hop";
+    EXPECT_NO_THROW(o.validate());
+    o.all_gather_algo = "two-hop";  // broadcast and reduce only
+    try {
+      o.validate();
+      ADD_FAILURE() << "validate() accepted all_gather_algo two-hop";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("PEERLINK_ALL_GATHER_ALGO='two-hop'"), std::string::npos) << e.what();
+    }
+  }
   EXPECT_EQ(peerlink::Options{}.coll_zero_copy_min, size_t(8) << 20);
   setenv("PEERLINK_COLL_ZERO_COPY_MIN", "1024", 1);
   setenv("PEERLINK_ALL_GATHER_ALGO", "zc", 1);
