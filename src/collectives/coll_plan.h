@@ -147,19 +147,20 @@ PL_HD size_t sub_range(size_t count, size_t step, size_t chunk, size_t rel, size
 // The plain push sends the whole buffer between the root and every peer, so the root's link carries
 // it world - 1 times (4x H200, session 22: reduce 128 MB 1098 us against NCCL's 387). Two hops
 // instead: the count is cut into world - 1 shards, shard i owned by non-root rank owner_rank(i).
-//   reduce:    every rank pushes chunk k of shard i to its owner (the root too; nothing goes to the
-//              root in this hop); the owner reduces chunk k in rank order and stores the result
-//              straight into the root's scratch slot of step k + 1, position [owner]; at step k + 1
-//              the root copies it to recvbuf.
-//   broadcast: the root pushes chunk k of shard i to its owner; the owner copies it to its recvbuf
-//              and stores it into every other non-root's scratch slot of step k + 1, position
-//              [owner]; at step k + 1 they copy it to their recvbufs.
-// Every link then carries about the buffer once, at the price of one more step (steps = chunks of a
-// shard + 1). Why the step k + 1 stores are safe (layout.h's two-slot argument): a rank writes a
-// peer's slot of step k + 1 during its step k, after it saw the peer's step-k flag, which the peer
-// set after it finished reading that slot at step k - 1; its own step k + 1 flag (a release after
-// those stores) tells the peer the data is there. Position [owner] of a slot is written by the
-// owner alone in both hops (the root is no owner, so nobody pushes to it in the first hop).
+// Step k (k = 0 .. chunks of a shard; one step more than the push path) sends two things at once:
+//   first hop, chunk k:       reduce: every rank (the root too) pushes chunk k of shard i to its
+//                             owner; broadcast: the root does. Nothing goes to the root here.
+//   second hop, chunk k - 1:  the owner takes chunk k - 1 of its shard from its previous slot,
+//                             reduce: reduces it (rank order) into the root's slot k, position
+//                             [owner]; broadcast: copies it to its recvbuf and into every other
+//                             non-root's slot k, position [owner].
+// then the step's flags, then each receiver of the second hop copies chunk k - 1 of the shards out
+// of slot k into its recvbuf (reduce: the root; broadcast: the non-roots). So the root's link sends
+// (broadcast) or receives (reduce) the buffer once, and both hops share the step: the links carry
+// them at the same time. Safe by layout.h's two-slot argument: every store goes into a peer's slot
+// k after its step k - 1 flag, as a push does; the previous slot is read before this rank's step-k
+// flag, and peers overwrite it only at step k + 1, after that flag. Position [r] of a slot is
+// written by rank r alone (the root is no owner, so nobody pushes to it in the first hop).
 PL_HD bool rooted(int kind) { return kind == kBroadcast || kind == kReduce; }
 // Rank of shard i's owner (i < world - 1), and the shard a non-root rank owns.
 PL_HD int owner_rank(const CollDesc& d, int i) { return i < d.root ? i : i + 1; }

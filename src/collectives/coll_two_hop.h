@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(1024) coll_two_hop_kernel(CollLaunchArgs c) {
   T* outs[kMaxRanks];
   for (size_t k = 0; k < c.steps; ++k) {
     ++seq;
-    const int slot = int(seq & 1), next = slot ^ 1;
+    const int slot = int(seq & 1), prev = slot ^ 1;
     auto at = [&](int r, int s, int pos) { return reinterpret_cast<T*>(a.data[r] + L.input(s, pos)) + rel; };
     // Chunk `chunk` of shard i as this block covers it: *lo (an element of the buffer) and the count.
     auto part = [&](int i, size_t chunk, size_t* lo) {
@@ -48,13 +48,29 @@ __global__ void __launch_bounds__(1024) coll_two_hop_kernel(CollLaunchArgs c) {
         outs[0] = at(o, slot, me);
         reduce_block<T, kOpSum>(ins, 1, outs, 1, m);
       }
+    if (mine >= 0 && k > 0 && (m = part(mine, k - 1, &lo))) {
+      // Second hop: chunk k - 1 of the owner's shard, out of its previous slot, stored into the
+      // root's slot (reduce) or every other non-root's (broadcast) beside the first hop's pushes.
+      if (reduce) {
+        for (int r = 0; r < n; ++r) ins[r] = r == me ? src + lo : at(me, prev, r);
+        outs[0] = at(root, slot, me);
+        reduce_block<T, Op>(ins, n, outs, 1, m);
+      } else {
+        ins[0] = at(me, prev, root);
+        int no = 0;
+        outs[no++] = dst + lo;
+        for (int q = 0; q < n; ++q)
+          if (q != me && q != root) outs[no++] = at(q, slot, me);
+        reduce_block<T, kOpSum>(ins, 1, outs, no, m);
+      }
+    }
     signal_peers(a, 0, seq);
     if (!wait_peers(a, 0, seq)) return;
     for (int i = 0; i < n - 1; ++i) {
       const int o = owner_rank(d, i);
       if (o == me) continue;
-      // Second hop, arrived: chunk k - 1 of shard i (reduce: at the root; broadcast: elsewhere).
-      if (k > 0 && (reduce == (me == root)) && (m = part(i, k - 1, &lo))) {
+      // The second hop arrived: chunk k - 1 of shard i (reduce: at the root; broadcast: elsewhere).
+      if (k > 0 && reduce == (me == root) && (m = part(i, k - 1, &lo))) {
         ins[0] = at(me, slot, o);
         outs[0] = dst + lo;
         reduce_block<T, kOpSum>(ins, 1, outs, 1, m);
@@ -64,21 +80,6 @@ __global__ void __launch_bounds__(1024) coll_two_hop_kernel(CollLaunchArgs c) {
         outs[0] = dst + lo;
         reduce_block<T, kOpSum>(ins, 1, outs, 1, m);
       }
-    }
-    if (mine < 0 || !(m = part(mine, k, &lo))) continue;
-    // The owner: chunk k of its shard arrived (first hop); the second hop leaves from here, stored
-    // straight into the next slot of the root (reduce) or of every other non-root (broadcast).
-    if (reduce) {
-      for (int r = 0; r < n; ++r) ins[r] = r == me ? src + lo : at(me, slot, r);
-      outs[0] = at(root, next, me);
-      reduce_block<T, Op>(ins, n, outs, 1, m);
-    } else {
-      ins[0] = at(me, slot, root);
-      int no = 0;
-      outs[no++] = dst + lo;
-      for (int q = 0; q < n; ++q)
-        if (q != me && q != root) outs[no++] = at(q, next, me);
-      reduce_block<T, kOpSum>(ins, 1, outs, no, m);
     }
   }
   kernel_end(a, seq);

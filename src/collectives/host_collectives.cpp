@@ -108,21 +108,38 @@ void run_two_hop(CollState& st, const CollDesc& d, const T* src, T* dst) {
   const int mine = me == root ? -1 : owned_shard(d, me);
   for (size_t step = 0; step < g.steps; ++step) {
     const uint64_t seq = ++st.host_seq;
-    const int slot = int(seq & 1), next = slot ^ 1;
+    const int slot = int(seq & 1), prev = slot ^ 1;
     auto at = [&](int r, int s, int pos, size_t rel) { return reinterpret_cast<T*>(st.data[r] + L.input(s, pos)) + rel; };
-    // Chunk `chunk` of shard i as block `rel` covers it: *lo and the element count (0: none).
+    // Chunk `chunk` of shard i as block `rel` covers it: *lo (an element of the buffer) and the count.
     auto part = [&](int i, size_t chunk, size_t rel, size_t* lo) {
       size_t off, m = sub_range(shard_range(d, i, shard, &off), chunk, C, rel, pb, lo);
       *lo += off;
       return m;
     };
     size_t lo = 0, m;
-    for (int b = 0; b < g.blocks && (reduce || me == root); ++b)  // first hop: chunk `step` to the owners
-      for (int i = 0; i < n - 1; ++i) {
+    for (int b = 0; b < g.blocks; ++b) {
+      const size_t rel = size_t(b) * pb;
+      for (int i = 0; i < n - 1 && (reduce || me == root); ++i) {  // first hop: chunk `step` to the owners
         const int o = owner_rank(d, i);
-        if (o != me && (m = part(i, step, size_t(b) * pb, &lo)))
-          std::memcpy(at(o, slot, me, size_t(b) * pb), src + lo, m * sizeof(T));
+        if (o != me && (m = part(i, step, rel, &lo))) std::memcpy(at(o, slot, me, rel), src + lo, m * sizeof(T));
       }
+      if (mine < 0 || step == 0 || !(m = part(mine, step - 1, rel, &lo))) continue;
+      // Second hop: chunk step - 1 of the owner's shard, out of its previous slot.
+      if (reduce) {
+        const T* ins[kMaxRanks];
+        for (int r = 0; r < n; ++r) ins[r] = r == me ? src + lo : at(me, prev, r, rel);
+        T* out = at(root, slot, me, rel);
+        reduce_elems<T, Op>(ins, n, &out, 1, m);
+      } else {
+        const T* in = at(me, prev, root, rel);
+        T* outs[kMaxRanks];
+        int no = 0;
+        outs[no++] = dst + lo;
+        for (int q = 0; q < n; ++q)
+          if (q != me && q != root) outs[no++] = at(q, slot, me, rel);
+        reduce_elems<T, kOpSum>(&in, 1, outs, no, m);  // copies
+      }
+    }
     host_signal(st, 0, seq);
     host_wait_all(st, 0, seq, kind_name(d.kind));
     for (int b = 0; b < g.blocks; ++b) {
@@ -130,27 +147,11 @@ void run_two_hop(CollState& st, const CollDesc& d, const T* src, T* dst) {
       for (int i = 0; i < n - 1; ++i) {
         const int o = owner_rank(d, i);
         if (o == me) continue;
-        // Second hop, arrived: chunk step - 1 of shard i (reduce: at the root; broadcast: elsewhere).
-        if (step > 0 && (reduce == (me == root)) && (m = part(i, step - 1, rel, &lo)))
+        // The second hop arrived: chunk step - 1 of shard i (reduce: at the root; broadcast: elsewhere).
+        if (step > 0 && reduce == (me == root) && (m = part(i, step - 1, rel, &lo)))
           std::memcpy(dst + lo, at(me, slot, o, rel), m * sizeof(T));
         if (!reduce && me == root && src != dst && (m = part(i, step, rel, &lo)))  // the root's own copy
           std::memcpy(dst + lo, src + lo, m * sizeof(T));
-      }
-      if (mine < 0 || !(m = part(mine, step, rel, &lo))) continue;
-      // The owner: chunk `step` of its shard arrived (first hop); the second hop leaves from here.
-      if (reduce) {
-        const T* ins[kMaxRanks];
-        for (int r = 0; r < n; ++r) ins[r] = r == me ? src + lo : at(me, slot, r, rel);
-        T* out = at(root, next, me, rel);
-        reduce_elems<T, Op>(ins, n, &out, 1, m);
-      } else {
-        const T* in = at(me, slot, root, rel);
-        T* outs[kMaxRanks];
-        int no = 0;
-        outs[no++] = dst + lo;
-        for (int q = 0; q < n; ++q)
-          if (q != me && q != root) outs[no++] = at(q, next, me, rel);
-        reduce_elems<T, kOpSum>(&in, 1, outs, no, m);  // copies
       }
     }
   }

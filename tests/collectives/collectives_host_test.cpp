@@ -80,11 +80,14 @@ TEST(CollectivesHost, AutoAllKinds8Ranks) { sweep(8, "", kAll, {1, 17, 1001}); }
 TEST(CollectivesHost, PushAllKinds5Ranks) { sweep(5, "push", kAll, {3, 77}, 256); }
 
 // The two-hop plan of broadcast and reduce (coll_plan.h): 2-8 ranks, every root, in place and not;
-// one step and many (256-byte scratch positions: 16 f64 per chunk, so shards of several chunks and
-// blocks); counts below the rank count (empty shards) and shards that end mid-chunk. Auto takes it
+// shards of one chunk and of many (256-byte scratch positions: 16 f64 per chunk, several blocks); counts below the rank count (empty shards) and shards that end mid-chunk. Auto takes it
 // for 3+ ranks past the LL128 area (AutoAllKinds3Ranks' 4099 elements, AutoAllKinds8Ranks' 1001).
 const std::vector<Kind> kRooted = {Kind::Broadcast, Kind::Reduce};
-TEST(CollectivesHost, TwoHopRooted2Ranks) { sweep(2, "two_hop", kRooted, {1, 3, 33, 1001}); }
+TEST(CollectivesHost, TwoHopRooted2Ranks) { sweep(2, "two_hop", kRooted, {1, 3, 33, 1001}, 256); }
+// One step of data and the default 1 MB positions (the slots' earlier contents are allreduce's
+// pushes of the same inputs, run_case's bitwise reference, so this alone would not see a read of
+// the wrong slot; the many-chunk cases do).
+TEST(CollectivesHost, TwoHopRootedOneChunk3Ranks) { sweep(3, "two_hop", kRooted, {5, 1001}); }
 TEST(CollectivesHost, TwoHopRooted3Ranks) { sweep(3, "two_hop", kRooted, {1, 2, 7, 65, 1001, 4099}, 256); }
 TEST(CollectivesHost, TwoHopRooted4Ranks) { sweep(4, "two_hop", kRooted, {3, 63, 100003}); }
 TEST(CollectivesHost, TwoHopRooted5Ranks) { sweep(5, "two_hop", kRooted, {4, 77, 1001}, 256); }
