@@ -198,8 +198,9 @@ TEST(CollectivesGpu, GraphCaptureAndReplays) {
   EXPECT_EQ(fail, "");
 }
 
-// Small and quick: every kind on the LL, LL128 and push paths (bf16 sums, one odd count, a root that
-// is not rank 0), verified; what scripts/gpu_collectives.sh runs under compute-sanitizer racecheck.
+// Small and quick: every kind on the LL, LL128 and push paths, and broadcast / reduce on the two-hop
+// path (bf16 sums, one odd count, a root that is not rank 0), verified; what
+// scripts/gpu_collectives.sh runs under compute-sanitizer racecheck.
 TEST(CollectivesGpu, SanitizerSmall) {
   REQUIRE_GPUS();
   const std::vector<int> devs = gpu_test_devices();
@@ -208,12 +209,14 @@ TEST(CollectivesGpu, SanitizerSmall) {
   std::string fail = run_ranks(world, [&](int rank) {
     gpu::set_device(devs[rank]);
     int c = 0, ai = 0;
-    for (const char* algo : {"ll", "ll128", "push"}) {
-      const bool push = std::string(algo) == "push";  // push: 64 KB scratch positions, as in Correctness
+    for (const char* algo : {"ll", "ll128", "push", "two_hop"}) {
+      const bool two_hop = std::string(algo) == "two_hop";
+      const bool push = two_hop || std::string(algo) == "push";  // 64 KB scratch positions, as in Correctness
       Communicator comm(uid + std::to_string(ai++), rank, world, devs[rank], opts(algo, push ? 65536 : 0));
       gpu::Stream s = gpu::stream_create();
       Mem mem = device_mem(comm, s);
       for (Kind k : kAll) {
+        if (two_hop && k != Kind::Broadcast && k != Kind::Reduce) continue;
         const size_t m = 1001;
         const std::string what = std::string(kind_name(k)) + " algo '" + algo + "' count 1001";
         run_case(comm, mem, k, DataType::BF16, ReduceOp::Sum, m, world - 1, false, 7000 + c, what);
