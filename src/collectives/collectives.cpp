@@ -186,7 +186,8 @@ CollAlgo choose(const coll::CollState& st, const Call& c, const coll::Window* w)
   size_t ll_max = std::min(st.ll_max, o.coll_ll_max);  // host: st.ll_max is its 16 KB area
   if (ll_max > 0 && piece_bytes <= ll_max) return CollAlgo::LL;
   // Rooted kinds on 3+ ranks: the push path's root link carries the buffer world - 1 times, the
-  // two-hop plan's about once for one more step (coll_plan.h).
+  // two-hop plan's about once for one more step (coll_plan.h). Chosen by that count: NOT YET
+  // MEASURED on 3+ GPUs (none was lent in session 25; its correctness ran on one and two GPUs).
   return coll::rooted(c.d.kind) && st.world >= 3 ? CollAlgo::TwoHop : CollAlgo::Push;
 }
 
