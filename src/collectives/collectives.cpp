@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <chrono>
 
+#include "collectives/coll_choice.h"
 #include "collectives/coll_launch.h"
 #include "collectives/coll_state.h"
+#include "collectives/one_rank.h"
 #include "common/log.h"
 #include "peerlink/collectives.h"
 #include "peerlink/errors.h"
@@ -15,15 +17,8 @@ namespace peerlink {
 namespace {
 
 using common::cat;
+using Call = coll::CollCall;
 
-struct Call {
-  const char* name;
-  coll::CollDesc d;
-  DataType dtype = DataType::F32;
-  ReduceOp op = ReduceOp::Sum;
-  const void* src = nullptr;
-  void* dst = nullptr;
-};
 
 size_t mul_checked(const char* name, size_t a, size_t b, const char* what) {
   if (b != 0 && a > SIZE_MAX / b) throw InvalidArgument(cat(name, ": ", what, " ", a, " x ", b, " overflows"));
@@ -57,138 +52,6 @@ int world_of(Communicator& comm) { return comm.world_size(); }
 
 void check_root(const char* name, int root, int world) {
   if (root < 0 || root >= world) throw InvalidArgument(cat(name, ": root ", root, " is not a rank of 0..", world - 1));
-}
-
-const std::string& algo_field(const Options& o, int kind) {
-  switch (kind) {
-    case coll::kAllGather: return o.all_gather_algo;
-    case coll::kReduceScatter: return o.reduce_scatter_algo;
-    case coll::kBroadcast: return o.broadcast_algo;
-    case coll::kReduce: return o.reduce_algo;
-    default: return o.all_to_all_algo;
-  }
-}
-
-// Auto selection. LL (one step, each 8 bytes travel with a flag: twice the bytes on the link, no
-// separate flag latency) for pieces up to Options::coll_ll_max bytes (default 64 KB, UNMEASURED:
-// allreduce's LL won up to 512 KB on 2x H200, where the reduction also hid latency), the push path
-// above; copy engines (coll_ce.cpp) for all_gather, broadcast and all_to_all pieces of at least
-// Options::coll_ce_min bytes (default 0: never, until a sweep sets it; reduce and reduce_scatter
-// take them only when forced: their reduction kernel per step is a separate guess). all_to_all_v always pushes:
-// its piece sizes differ per rank, and ranks must choose alike without talking. The host backend
-// has no copy-engine path: "ce" runs the push plan there (same pieces and chunks).
-// Auto: pieces above this many bytes (and up to allreduce_ll128_max) take LL128 lines where the
-// communicator has them (every pair NVLink or one GPU); LL below.
-constexpr size_t kCollLl128Above = size_t(128) << 10;
-// The host backend's LL128 area holds 16 KB pieces (layout.h): from 4 KB, so that CI's auto runs
-// take LL, LL128 and push by size.
-constexpr size_t kHostLl128Above = size_t(4) << 10;
-
-bool ce_kind(int kind) { return kind == coll::kAllGather || kind == coll::kBroadcast || kind == coll::kAllToAll; }
-// The zero-copy path (coll_zero_copy.cpp): the moving kinds write the peers' recvbufs, the
-// reducing kinds read the peers' sendbufs; all_to_all_v has none.
-bool zc_kind(int kind) { return kind != coll::kAllToAllV; }
-
-// Auto selection of the reducing kinds' pull (reads of the peers' sendbufs through the window):
-// from pieces of this many bytes. 2x H200, bf16, graph, us push / pull / NCCL best (session 11
-// call 6): reduce_scatter 16 MB 35.4 / 38.1 / 49.0, 64 MB 134.9 / 114.4 / 165.1, 256 MB 498.4 /
-// 414.2 / 590.7 (pieces: half); reduce 64 MB 187.3 / 196.0 / 197.0, 256 MB 752.6 / 733.1 / 738.1,
-// 128 MB: call 7 (benchmarks/results/2026-11-26-h200x2.md).
-size_t pull_min(int kind) { return kind == coll::kReduceScatter ? size_t(32) << 20 : size_t(128) << 20; }
-
-// The buffer whose window the zero-copy path uses, and its bytes on this rank: recvbuf for the
-// moving kinds, sendbuf for the reducing ones.
-const void* zc_buffer(const coll::CollDesc& d, const void* src, const void* dst, size_t* bytes) {
-  const bool whole = d.kind == coll::kBroadcast || d.kind == coll::kReduce;
-  *bytes = (whole ? 1 : size_t(d.world)) * d.count * d.elem;
-  return coll::reducing(d.kind) ? src : dst;
-}
-
-// Auto takes the zero-copy path for pieces this large (and forced zero-copy always does); `forced`
-// is the collective's parsed algo option.
-bool zc_wanted(const Options& o, const Call& c, CollAlgo forced) {
-  if (forced == CollAlgo::ZeroCopy) return true;
-  // reduce on 3+ ranks: the zero-copy root pulls every peer's whole sendbuf (4x H200, session 22:
-  // 256 MB 2177 us against NCCL's 752); the two-hop plan's root takes the buffer in once.
-  if (c.d.kind == coll::kReduce && c.d.world >= 3) return false;
-  const size_t piece_bytes = coll::local_max_piece(c.d) * c.d.elem;
-  return forced == CollAlgo::Auto && o.coll_zero_copy_min > 0 &&
-         piece_bytes >= (coll::reducing(c.d.kind) ? pull_min(c.d.kind) : o.coll_zero_copy_min);
-}
-
-// Options::coll_graph_register: a zero-copy buffer in no registered window gets a window of its
-// own when the call is captured into a graph (or, with 2, on every call) and the zero-copy path
-// would take it. Every input of this choice is the same on every rank (the counts, the options,
-// being captured: graph_windows.h); a buffer in a window that is not zero-copy keeps that window.
-const coll::Window* graph_window_for(coll::CollState& st, const Call& c, const void* buf, size_t bytes,
-                                     const coll::Window* w, void* stream) {
-  const Options& o = st.svc->options();
-  if (!st.graph_windows.wins.empty()) coll::release_unheld_graph_windows(st);
-  if (w || !buf || o.coll_graph_register == 0 || st.world < 2 || !zc_kind(c.d.kind) || c.d.count == 0 ||
-      !zc_wanted(o, c, parse_coll_algo(algo_field(o, c.d.kind))))
-    return w;
-  const bool capturing = !st.host && gpu::stream_is_capturing(stream);
-  if (!capturing && o.coll_graph_register != 2) return w;
-  return coll::graph_window(st, buf, bytes, capturing ? stream : nullptr);
-}
-
-// Zero-copy: recvbuf (moving kinds) or sendbuf (reducing kinds) in a registered window
-// (peerlink/windows.h) that every rank mapped; the window contract makes this choice the same on
-// every rank. Auto takes it for the moving kinds from Options::coll_zero_copy_min bytes per piece
-// (measured: options.h), for the reducing kinds from pull_min() (0 = never, for both).
-CollAlgo choose(const coll::CollState& st, const Call& c, const coll::Window* w) {
-  const Options& o = st.svc->options();
-  CollAlgo forced = parse_coll_algo(algo_field(o, c.d.kind));
-  size_t piece_bytes = coll::local_max_piece(c.d) * c.d.elem;
-  const bool zc_ok = w && w->zero_copy && zc_kind(c.d.kind) && st.world >= 2;
-  if (forced == CollAlgo::ZeroCopy) {
-    if (!zc_kind(c.d.kind))
-      throw InvalidArgument(cat(c.name, ": zero_copy forced (Options) but all_to_all_v has no zero-copy path"));
-    if (st.world < 2) return CollAlgo::Push;
-    if (!zc_ok) {
-      size_t bytes = 0;
-      const void* b = zc_buffer(c.d, c.src, c.dst, &bytes);
-      throw InvalidArgument(cat(c.name, ": zero_copy forced (Options) but ", coll::reducing(c.d.kind) ? "sendbuf " : "recvbuf ",
-                                b, " (", bytes, " bytes) is not inside a window every rank registered and exported "
-                                "(peerlink::register_window)"));
-    }
-    return CollAlgo::ZeroCopy;
-  }
-  if (forced == CollAlgo::Auto && zc_ok && zc_wanted(o, c, forced)) return CollAlgo::ZeroCopy;
-  // An empty piece still sends a token line: LL needs an LL area (allreduce_ll_max > 0).
-  if (forced == CollAlgo::LL) {
-    if (piece_bytes > st.ll_max || st.ll_max == 0)
-      throw InvalidArgument(cat(c.name, ": LL forced (Options) but a piece of ", piece_bytes,
-                                " bytes exceeds the LL area's ", st.ll_max, " bytes (allreduce_ll_max)"));
-    return CollAlgo::LL;
-  }
-  if (c.d.kind == coll::kAllToAllV) return CollAlgo::Push;
-  if (forced == CollAlgo::LL128) {
-    if (st.ll128_max == 0 || piece_bytes > st.ll128_max)
-      throw InvalidArgument(cat(c.name, ": LL128 forced (Options) but ",
-                                st.ll128_max == 0 ? std::string("this communicator has no LL128 lines (HIP, allreduce_ll128_max "
-                                                                "0, or a pair that is neither NVLink nor one GPU)")
-                                                  : cat("a piece of ", piece_bytes, " bytes exceeds the LL128 area's ",
-                                                        st.ll128_max, " bytes (allreduce_ll128_max)")));
-    return CollAlgo::LL128;
-  }
-  if (forced == CollAlgo::CopyEngine) return st.host || st.world < 2 ? CollAlgo::Push : CollAlgo::CopyEngine;
-  if (forced == CollAlgo::Push) return CollAlgo::Push;
-  if (forced == CollAlgo::TwoHop) {
-    if (!coll::rooted(c.d.kind))
-      throw InvalidArgument(cat(c.name, ": two_hop forced (Options) but only broadcast and reduce have a two-hop path"));
-    return st.world < 2 ? CollAlgo::Push : CollAlgo::TwoHop;
-  }
-  if (!st.host && st.world >= 2 && ce_kind(c.d.kind) && o.coll_ce_min > 0 && piece_bytes >= o.coll_ce_min)
-    return CollAlgo::CopyEngine;
-  const size_t ll128_above = st.host ? kHostLl128Above : kCollLl128Above;
-  if (st.ll128_max > 0 && piece_bytes > ll128_above && piece_bytes <= st.ll128_max) return CollAlgo::LL128;
-  size_t ll_max = std::min(st.ll_max, o.coll_ll_max);  // host: st.ll_max is its 16 KB area
-  if (ll_max > 0 && piece_bytes <= ll_max) return CollAlgo::LL;
-  // Rooted kinds on 3+ ranks: the push path's root link carries the buffer world - 1 times, the
-  // two-hop plan's about once for one more step (coll_plan.h). Chosen by that count: NOT YET
-  // MEASURED on 3+ GPUs (none was lent in session 25; its correctness ran on one and two GPUs).
-  return coll::rooted(c.d.kind) && st.world >= 3 ? CollAlgo::TwoHop : CollAlgo::Push;
 }
 
 int clamp_int(size_t want, int lo, int hi) { return static_cast<int>(std::max<size_t>(lo, std::min<size_t>(want, hi))); }
@@ -245,16 +108,21 @@ void device_run(coll::CollState& st, const Call& c, CollAlgo algo, const coll::W
 
 void run(Communicator& comm, Call& c, void* stream) {
   auto call = detail::services(comm).begin(c.name);  // close() waits for us (defect #2)
+  if (comm.world_size() == 1) {
+    c.d.rank = 0;
+    c.d.world = 1;
+    return coll::one_rank_collective(detail::services(comm), c.d, c.src, c.dst, stream);
+  }
   coll::CollState& st = coll::coll_state(comm);
   std::lock_guard<std::mutex> g(st.mu);
   coll::check_collective_error(st);
   c.d.rank = st.rank;
   c.d.world = st.world;
   size_t zc_bytes = 0;
-  const void* zc_buf = zc_buffer(c.d, c.src, c.dst, &zc_bytes);
-  const coll::Window* w = zc_kind(c.d.kind) && zc_buf ? st.windows.find(zc_buf, zc_bytes) : nullptr;
-  w = graph_window_for(st, c, zc_buf, zc_bytes, w, stream);
-  CollAlgo algo = choose(st, c, w);
+  const void* zc_buf = coll::zc_buffer(c.d, c.src, c.dst, &zc_bytes);
+  const coll::Window* w = coll::zc_kind(c.d.kind) && zc_buf ? st.windows.find(zc_buf, zc_bytes) : nullptr;
+  w = coll::graph_window_for(st, c, zc_buf, zc_bytes, w, stream);
+  CollAlgo algo = coll::choose_algo(st, c, w);
   // Nothing moves, on any rank (counts are equal everywhere); all_to_all_v always runs (a rank
   // with nothing to move still takes part in the others' steps).
   if (c.d.kind != coll::kAllToAllV && c.d.count == 0) return;
