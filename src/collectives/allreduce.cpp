@@ -7,6 +7,7 @@
 #include "collectives/coll_launch.h"
 #include "collectives/device_launch.h"
 #include "collectives/graph_windows.h"
+#include "collectives/one_rank.h"
 #include "common/log.h"
 #include "gpu/owners.h"
 #include "peerlink/collectives.h"
@@ -277,6 +278,7 @@ void allreduce(Communicator& comm, const void* sendbuf, void* recvbuf, size_t co
   // In flight from here to the return: close() on another thread wakes our waits (they throw
   // InvalidArgument "closed") and frees nothing before we left (defect #2).
   auto call = detail::services(comm).begin("allreduce");
+  if (comm.world_size() == 1) return coll::one_rank_copy(detail::services(comm), recvbuf, sendbuf, bytes, stream);
   coll::CollState& st = coll::coll_state(comm);
   std::lock_guard<std::mutex> g(st.mu);
   check_device_error(st);

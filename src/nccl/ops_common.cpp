@@ -113,9 +113,12 @@ bool swap_by_p2p_plan(ncclComm* c, size_t block) {
   return true;
 }
 
+// A rank's own block in a p2p plan. With one rank there is nothing for the group's kernel to run
+// beside it, and a copy is faster (one H200, nccl-tests gather -g 1 -G 100, us, engine / NCCL's
+// copy: 64 B 1.11 / 0.94, 128 MB 78.1 / 64.3; session 26 call 1).
 void group_copy(ncclComm* c, void* dst, const void* src, size_t bytes, void* stream) {
   if (bytes == 0 || dst == src) return;
-  if (c->device < 0) return local_copy(c, dst, src, bytes, stream);
+  if (c->device < 0 || c->nranks == 1) return local_copy(c, dst, src, bytes, stream);
   c->pl->send(c->rank, src, bytes, stream);  // matched by the engine at the group's end (same stream)
   c->pl->recv(c->rank, dst, bytes, stream);
 }

@@ -71,6 +71,11 @@ void sweep(int world, const char* algo, const std::vector<size_t>& sizes) {
 
 const std::vector<size_t> kSizes = {1, 2, 3, 7, 9, 33, 1001, 4099, 40000};
 
+// One rank: the call is a copy (collectives/one_rank.h), whichever algorithm Options force.
+TEST(AllreduceHost, OneRankIsACopy) {
+  sweep(1, "", {1, 7, 1001, 40000});
+  sweep(1, "bandwidth", {33});
+}
 TEST(AllreduceHost, OneShotAllTypesOps2Ranks) { sweep(2, "oneshot", kSizes); }
 TEST(AllreduceHost, TwoShotAllTypesOps2Ranks) { sweep(2, "twoshot", kSizes); }
 TEST(AllreduceHost, BandwidthAllTypesOps2Ranks) { sweep(2, "bandwidth", kSizes); }

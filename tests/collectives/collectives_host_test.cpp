@@ -65,6 +65,31 @@ const std::vector<Kind> kAll = {Kind::AllGather, Kind::ReduceScatter, Kind::Broa
                                 Kind::Reduce,    Kind::AllToAll,      Kind::AllToAllV};
 const std::vector<size_t> kSmall = {1, 3, 7, 33, 1001};  // every piece fits the host LL area (16 KB)
 
+// One rank: every call is a copy of its one piece (collectives/one_rank.h), whichever path Options
+// force.
+TEST(CollectivesHost, OneRankAllKinds) {
+  sweep(1, "", kAll, {1, 3, 1001, 100003});
+  sweep(1, "push", kAll, {7});
+  sweep(1, "two_hop", {Kind::Broadcast, Kind::Reduce}, {7});
+}
+
+// all_to_all_v on one rank: the piece goes from send_displs[0] to recv_displs[0], nothing else
+// of recvbuf is written.
+TEST(CollectivesHost, OneRankAllToAllVDisplacements) {
+  std::string uid = unique_test_id("co-one-a2av");
+  std::string fail = run_ranks(1, [&](int) {
+    Communicator comm(uid, 0, 1, peerlink::kHostDevice, opts(""));
+    std::vector<int32_t> in(40), out(40, -1);
+    for (int i = 0; i < 40; ++i) in[i] = 1000 + i;
+    const size_t sc = 5, sd = 7, rc = 5, rd = 30;
+    peerlink::all_to_all_v(comm, in.data(), &sc, &sd, out.data(), &rc, &rd, DataType::I32, nullptr);
+    for (int i = 0; i < 40; ++i)
+      MP_CHECK_MSG(out[i] == (i >= 30 && i < 35 ? 1007 + (i - 30) : -1), "element " << i << " is " << out[i]);
+  });
+  EXPECT_EQ(fail, "");
+  EXPECT_TRUE(leftover_segments(uid).empty());
+}
+
 TEST(CollectivesHost, LLAllKinds2Ranks) { sweep(2, "ll", kAll, kSmall); }
 TEST(CollectivesHost, PushAllKinds2Ranks) { sweep(2, "push", kAll, {1, 3, 7, 33, 1001, 4099}); }
 TEST(CollectivesHost, AutoAllKinds3Ranks) { sweep(3, "", kAll, {1, 5, 1001, 4099}); }
