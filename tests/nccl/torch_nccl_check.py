@@ -58,7 +58,8 @@ def make_ops(rank, world, dev):
     def broadcast(seed, bufs):
         x = bufs["x"]
         x.copy_(values(rank, n, x.dtype, dev, seed))
-        return lambda: dist.broadcast(x, src=1), lambda: (x, values(1, n, x.dtype, dev, seed))
+        root = 1 % world  # rank 1, or rank 0 of a one-rank world
+        return lambda: dist.broadcast(x, src=root), lambda: (x, values(root, n, x.dtype, dev, seed))
 
     def send_recv(seed, bufs):
         x, y = bufs["x"], bufs["y"]
