@@ -143,7 +143,7 @@ void host_reduce(int dtype, int op, const Pull& pl, int n) {
   bool known_op = true;
   bool known = with_type(dtype, [&](auto t) {
     using T = decltype(t);
-    const T* in[kMaxRanks];
+    const T* in[kMaxRanks] = {};  // all set below (n >= 1); GCC cannot see that (-Wmaybe-uninitialized)
     for (int r = 0; r < n; ++r) in[r] = reinterpret_cast<const T*>(pl.ins[r]);
     T* out = reinterpret_cast<T*>(pl.out);
     known_op = with_op(op, [&](auto o) { reduce_elems<T, decltype(o)::value>(in, n, &out, 1, pl.count); });
