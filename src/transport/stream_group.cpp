@@ -1,0 +1,111 @@
+// Stream engine: groups (ops queued until group_end, then run as one batch), the pairing of a
+// group's sends to and recvs from this rank itself, and the per-peer broken state an op that failed
+// leaves behind (stream_p2p.h).
+#include "transport/stream_p2p.h"
+
+#include <cstring>
+
+#include "common/log.h"
+#include "peerlink/errors.h"
+
+namespace peerlink::detail {
+
+using common::cat;
+using namespace peerlink::stream;
+
+void StreamEngine::group_start() {
+  std::lock_guard<std::recursive_mutex> g(mu_);
+  if (in_group_)
+    throw InvalidArgument(cat("group_start: a group is already open on this communicator (rank ", rank_, ", ",
+                              group_.size(), " operations queued); groups do not nest"));
+  in_group_ = true;
+}
+
+void StreamEngine::group_end() {
+  std::lock_guard<std::recursive_mutex> g(mu_);
+  if (!in_group_) throw InvalidArgument(cat("group_end without group_start (rank ", rank_, ")"));
+  // The group ends here even when it reports an error (as ncclGroupEnd does): a caller that catches
+  // the error can open the next group. Seen on 2x H200: a device error reported by group_end left the
+  // group open and the next group_start failed.
+  in_group_ = false;
+  std::vector<StreamOp> ops;
+  ops.swap(group_);
+  match_self(ops);                   // unmatched or mismatched self calls: nothing of this group runs
+  if (!host_) check_device_error();  // an earlier op failed on the device: nothing of this group runs
+  if (!ops.empty()) run(ops);
+}
+
+void StreamEngine::queue_self(StreamOp op) {
+  const bool send = op.kind == StreamOpKind::SendRaw;
+  if (!in_group_)
+    throw InvalidArgument(cat(send ? "send to" : "recv from", " rank ", rank_, " (this rank itself, ", op.len,
+                              " bytes) outside a group: it completes only together with its matching ",
+                              send ? "recv" : "send", " inside one group_start / group_end"));
+  (send ? self_sends_ : self_recvs_).push_back(std::move(op));
+}
+
+// Pairs this group's self sends with its self recvs in call order (FIFO, as any pair's channel) into
+// LocalCopy ops; the host backend copies them here (synchronous, as every host call is).
+void StreamEngine::match_self(std::vector<StreamOp>& ops) {
+  std::vector<StreamOp> sends, recvs;
+  sends.swap(self_sends_);
+  recvs.swap(self_recvs_);
+  if (sends.size() != recvs.size())
+    throw InvalidArgument(cat("group_end: ", sends.size(), " send(s) to this rank itself (rank ", rank_, ") but ",
+                              recvs.size(), " recv(s) from it; each needs its match in the same group"));
+  for (size_t i = 0; i < sends.size(); ++i) {
+    if (sends[i].len != recvs[i].len)
+      throw InvalidArgument(cat("group_end: send ", i, " to this rank itself (rank ", rank_, ") has ", sends[i].len,
+                                " bytes, its matching recv ", recvs[i].len));
+    if (sends[i].stream != recvs[i].stream)
+      throw UnsupportedError(cat("group_end: send ", i, " to this rank itself (rank ", rank_,
+                                 ") and its matching recv are on different streams; issue both on one stream"));
+  }
+  for (size_t i = 0; i < sends.size(); ++i) {
+    if (sends[i].len == 0 || sends[i].src == recvs[i].dst) continue;
+    if (host_) {
+      std::memmove(recvs[i].dst, sends[i].src, sends[i].len);
+      continue;
+    }
+    StreamOp op;
+    op.kind = StreamOpKind::LocalCopy;
+    op.peer = rank_;
+    op.src = sends[i].src;
+    op.dst = recvs[i].dst;
+    op.len = sends[i].len;
+    op.stream = sends[i].stream;
+    ops.push_back(std::move(op));
+  }
+}
+
+void StreamEngine::submit(StreamOp op) {
+  if (in_group_) {
+    group_.push_back(std::move(op));
+    return;
+  }
+  std::vector<StreamOp> ops;
+  ops.push_back(std::move(op));
+  run(ops);
+}
+
+void StreamEngine::run(std::vector<StreamOp>& ops) {
+  // A peer broken by an earlier op of this batch: refuse the batch before anything moves.
+  for (const StreamOp& op : ops)
+    if (broken_[op.peer]) std::rethrow_exception(broken_[op.peer]);
+  try {
+    if (host_) run_host(ops);
+    else run_gpu(ops);
+  } catch (const InvalidArgument&) {
+    throw;  // a mismatch reported after the batch completed: the channels are consistent
+  } catch (...) {
+    mark_broken(ops, std::current_exception());
+    throw;
+  }
+}
+
+void StreamEngine::mark_broken(const std::vector<StreamOp>& ops, std::exception_ptr e) {
+  for (const StreamOp& op : ops)
+    if (!op.done && op.peer != rank_ && !broken_[op.peer]) broken_[op.peer] = e;
+}
+
+}  // namespace peerlink::detail
