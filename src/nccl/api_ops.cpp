@@ -3,7 +3,8 @@
 // On a peerlink communicator:
 //   AllReduce            peerlink::allreduce (f32 f16 bf16 f64 i32 i64; u32/u64 for sum and prod, whose
 //                        wrapping arithmetic is bit-identical to the signed one) with sum max min prod;
-//                        anything else (int8, uint8, fp8, avg, PreMulSum, u32/u64 max/min) forwarded
+//                        anything else (int8, uint8, fp8, avg, PreMulSum, u32/u64 max/min) forwarded;
+//                        on one rank every op but PreMulSum is a copy (AllReduce, Reduce, ReduceScatter)
 //   Send / Recv          peerlink's stream-ordered NCCL-form send/recv (any dtype); to itself: a copy
 //   Broadcast / Bcast, AllGather, AlltoAll, Reduce, ReduceScatter
 //                        peerlink's collectives (switches in ops_common.h) for the dtypes above; broadcast,
@@ -30,6 +31,10 @@ PL_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, 
   const char* what = "ncclAllReduce";
   if (ncclResult_t r = check_args(comm, what, datatype, op, INT_MIN, count, {sendbuff, recvbuff})) return r;
   if (empty_collective(comm, what, count)) return ncclSuccess;
+  if (one_rank_reduction(comm, what, op)) {
+    const size_t b = count * type_size(datatype);
+    return on_peerlink(comm, what, OpKind::Collective, stream, [=] { local_copy(comm, recvbuff, sendbuff, b, stream); });
+  }
   DataType dt;
   ReduceOp rop;
   // peerlink's allreduce serves up to 8 ranks (one node's GPUs; UnsupportedError beyond).
@@ -122,6 +127,10 @@ PL_NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, siz
   if (ncclResult_t r = check_args(comm, what, datatype, op, root, count, {sendbuff})) return r;
   if (comm->rank == root && count > 0 && !recvbuff) return bad(what, "root's recvbuff is NULL");
   if (empty_collective(comm, what, count)) return ncclSuccess;
+  if (one_rank_reduction(comm, what, op)) {
+    const size_t b = count * type_size(datatype);
+    return on_peerlink(comm, what, OpKind::Collective, stream, [=] { local_copy(comm, recvbuff, sendbuff, b, stream); });
+  }
 #if PL_NCCL_USE_PL_REDUCE
   DataType dt;
   ReduceOp rop;
@@ -142,6 +151,10 @@ PL_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbu
   const char* what = "ncclReduceScatter";
   if (ncclResult_t r = check_args(comm, what, datatype, op, INT_MIN, recvcount, {sendbuff, recvbuff})) return r;
   if (empty_collective(comm, what, recvcount)) return ncclSuccess;
+  if (one_rank_reduction(comm, what, op)) {
+    const size_t b = recvcount * type_size(datatype);
+    return on_peerlink(comm, what, OpKind::Collective, stream, [=] { local_copy(comm, recvbuff, sendbuff, b, stream); });
+  }
 #if PL_NCCL_USE_PL_REDUCE_SCATTER
   DataType dt;
   ReduceOp rop;

@@ -39,6 +39,9 @@ void say(ncclComm* c, const char* what, const char* path);
 // argument checks (enqueue.cc); forwarding one would create the real communicator for nothing.
 // Not for Send/Recv (an empty p2p op still matches its peer's) nor Gather/Scatter (built of them).
 bool empty_collective(ncclComm* c, const char* what, size_t count);
+// True (and said at INFO) when a reduction with `op` on `c` is a copy: a peerlink communicator of
+// one rank and any op but a PreMulSum.
+bool one_rank_reduction(ncclComm* c, const char* what, ncclRedOp_t op);
 
 // A PreMulSum placeholder's record copied when the op is called (the program may destroy the
 // placeholder before ncclGroupEnd); null for the built-in ops and on real communicators.

@@ -113,11 +113,23 @@ TEST(NcclApi, OneRankQueriesRegistrationAndErrors) {
   ASSERT_EQ(ncclRecv(t.data(), 10, ncclInt, 0, c, nullptr), ncclSuccess);
   ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
   EXPECT_EQ(t[9], 5);
-  // What peerlink does not implement goes to the real NCCL, which the host backend cannot use:
-  // an error, never a wrong result.
-  std::vector<int8_t> i8(16, 1), o8(16, 0);
-  EXPECT_EQ(ncclAllReduce(i8.data(), o8.data(), 16, ncclInt8, ncclSum, c, nullptr), ncclInvalidUsage);
-  EXPECT_NE(std::string(ncclGetLastError(c)).find("real NCCL"), std::string::npos);
+  // One rank: a reduction with any op but PreMulSum is a copy in every dtype, those peerlink does
+  // not reduce (int8, uint8, fp8, avg) included, so no real NCCL is needed (NCCL 2.28.9 refuses fp8
+  // avg on one rank); nothing in place; nothing past the count.
+  std::vector<int8_t> i8(16), o8(17, 0);
+  for (int i = 0; i < 16; ++i) i8[i] = static_cast<int8_t>(3 * i - 20);
+  ASSERT_EQ(ncclAllReduce(i8.data(), o8.data(), 16, ncclInt8, ncclAvg, c, nullptr), ncclSuccess) << ncclGetLastError(c);
+  EXPECT_EQ(std::memcmp(o8.data(), i8.data(), 16), 0);
+  EXPECT_EQ(o8[16], 0);
+  std::vector<uint8_t> f8(8), r8(8, 0);
+  for (int i = 0; i < 8; ++i) f8[i] = static_cast<uint8_t>(0x31 + 5 * i);
+  ASSERT_EQ(ncclReduce(f8.data(), r8.data(), 8, ncclFloat8e4m3, ncclMax, 0, c, nullptr), ncclSuccess);
+  EXPECT_EQ(r8, f8);
+  std::fill(r8.begin(), r8.end(), 0);
+  ASSERT_EQ(ncclReduceScatter(f8.data(), r8.data(), 8, ncclUint8, ncclProd, c, nullptr), ncclSuccess);
+  EXPECT_EQ(r8, f8);
+  ASSERT_EQ(ncclAllReduce(f8.data(), f8.data(), 8, ncclFloat8e5m2, ncclSum, c, nullptr), ncclSuccess);
+  EXPECT_EQ(f8[7], 0x31 + 35);
   // A collective of count 0 enqueues nothing, as NCCL drops it: not even the forward above (which
   // fails here), in a group or not, null buffers allowed; its argument checks still run.
   EXPECT_EQ(ncclAllReduce(nullptr, nullptr, 0, ncclInt8, ncclSum, c, nullptr), ncclSuccess) << ncclGetLastError(c);
@@ -132,12 +144,18 @@ TEST(NcclApi, OneRankQueriesRegistrationAndErrors) {
   EXPECT_EQ(ncclAllReduce(nullptr, nullptr, 0, static_cast<ncclDataType_t>(99), ncclSum, c, nullptr),
             ncclInvalidArgument);
   EXPECT_EQ(ncclBroadcast(nullptr, nullptr, 0, ncclInt8, 3, c, nullptr), ncclInvalidArgument);  // root out of range
-  EXPECT_EQ(ncclAllReduce(a.data(), b.data(), 64, ncclFloat, ncclAvg, c, nullptr), ncclInvalidUsage);
+  std::fill(b.begin(), b.end(), 0.0f);
+  ASSERT_EQ(ncclAllReduce(a.data(), b.data(), 64, ncclFloat, ncclAvg, c, nullptr), ncclSuccess);
+  EXPECT_EQ(b[0], 2.0f);
+  // What peerlink does not implement goes to the real NCCL, which the host backend cannot use:
+  // an error, never a wrong result. On one rank that is a PreMulSum (x * scalar, not a copy).
   float scale = 0.5f;
   ncclRedOp_t pre;
   ASSERT_EQ(ncclRedOpCreatePreMulSum(&pre, &scale, ncclFloat, ncclScalarHostImmediate, c), ncclSuccess);
   EXPECT_GE(static_cast<int>(pre), static_cast<int>(ncclNumOps));
   EXPECT_EQ(ncclAllReduce(a.data(), b.data(), 64, ncclFloat, pre, c, nullptr), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(c)).find("real NCCL"), std::string::npos);
+  EXPECT_EQ(b[0], 2.0f);  // untouched
   EXPECT_EQ(ncclRedOpDestroy(pre, c), ncclSuccess);
   EXPECT_EQ(ncclRedOpDestroy(pre, c), ncclInvalidArgument);
   ncclResult_t async = ncclInternalError;
