@@ -1,6 +1,7 @@
 // all_gather, reduce_scatter, broadcast, reduce, all_to_all(v): argument checks (nothing is written
-// before they pass), algorithm selection, dispatch to the host plan or the device kernels. The data
-// flow is in coll_plan.h; the registered scratch, flags and counters are allreduce's (coll_state.h).
+// before they pass), dispatch to the one-rank copy, the host plan or the device kernels along the
+// path coll_choice.cpp chooses. The data flow is in coll_plan.h; the registered scratch, flags and
+// counters are allreduce's (coll_state.h).
 #include <algorithm>
 #include <chrono>
 
@@ -18,7 +19,6 @@ namespace {
 
 using common::cat;
 using Call = coll::CollCall;
-
 
 size_t mul_checked(const char* name, size_t a, size_t b, const char* what) {
   if (b != 0 && a > SIZE_MAX / b) throw InvalidArgument(cat(name, ": ", what, " ", a, " x ", b, " overflows"));
