@@ -135,6 +135,10 @@ struct Options {
   size_t allreduce_scratch_bytes = 0;
   int allreduce_threads = 0;  // threads per block (PEERLINK_ALLREDUCE_THREADS, [0, 1024]); 0 = per algorithm
   int allreduce_blocks = 0;   // grid override (PEERLINK_ALLREDUCE_BLOCKS, [0, kMaxAllreduceBlocks]); 0 = auto
+  // At most this many blocks per collective kernel (allreduce and the others), so that work on other
+  // streams keeps the rest of the GPU (NCCL's maxCTAs; PEERLINK_MAX_BLOCKS, else NCCL_MAX_CTAS, [0,
+  // kMaxAllreduceBlocks]); 0 = no cap. The ranks use the smallest cap any of them asks for.
+  int max_blocks = 0;
   // GPU one-shot messages up to this many bytes use LL lines (PEERLINK_ALLREDUCE_LL_MAX, [0, 2^28],
   // rounded up to 16); every rank must agree.
   size_t allreduce_ll_max = size_t(512) << 10;

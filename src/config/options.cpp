@@ -47,6 +47,7 @@ constexpr Range kScratch{"allreduce_scratch_bytes", "PEERLINK_ALLREDUCE_SCRATCH_
 constexpr long long kScratchMin = 64;
 constexpr Range kThreads{"allreduce_threads", "PEERLINK_ALLREDUCE_THREADS", 0, 1024};
 constexpr Range kBlocks{"allreduce_blocks", "PEERLINK_ALLREDUCE_BLOCKS", 0, kMaxAllreduceBlocks};
+constexpr Range kMaxBlocks{"max_blocks", "PEERLINK_MAX_BLOCKS", 0, kMaxAllreduceBlocks};
 constexpr Range kLlMax{"allreduce_ll_max", "PEERLINK_ALLREDUCE_LL_MAX", 0, 1LL << 28};
 constexpr Range kLl128Max{"allreduce_ll128_max", "PEERLINK_ALLREDUCE_LL128_MAX", 0, 1LL << 26};
 constexpr Range kPdl{"allreduce_pdl", "PEERLINK_ALLREDUCE_PDL", -1, 1};
@@ -86,6 +87,16 @@ void check(const Range& r, long long x) {
 void check_size(const Range& r, size_t x) {
   if (x > static_cast<unsigned long long>(r.hi) || static_cast<long long>(x) < r.lo)
     throw InvalidArgument(cat("Options::", r.field, " ", x, " is outside [", r.lo, ", ", r.hi, "] (", r.var, ")"));
+}
+
+// NCCL's own variable, read as NCCL reads it: a value out of range is clamped, text that is no
+// integer is ignored (0: no cap), so a program that runs on NCCL never fails here.
+int nccl_max_ctas(const char* v) {
+  char* end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v, &end, 10);
+  if (!end || end == v || *end != '\0' || errno == ERANGE || x <= 0) return 0;
+  return static_cast<int>(x < kMaxAllreduceBlocks ? x : kMaxAllreduceBlocks);
 }
 
 bool parse_bool(const char* name, const char* v) {
@@ -252,6 +263,8 @@ Options Options::from_env() {
   }
   if (const char* v = env(kThreads.var)) o.allreduce_threads = static_cast<int>(parse_int(kThreads, v));
   if (const char* v = env(kBlocks.var)) o.allreduce_blocks = static_cast<int>(parse_int(kBlocks, v));
+  if (const char* v = env(kMaxBlocks.var)) o.max_blocks = static_cast<int>(parse_int(kMaxBlocks, v));
+  else if (const char* w = env("NCCL_MAX_CTAS")) o.max_blocks = nccl_max_ctas(w);
   if (const char* v = env(kLlMax.var)) o.allreduce_ll_max = static_cast<size_t>(parse_int(kLlMax, v));
   if (const char* v = env(kLl128Max.var)) o.allreduce_ll128_max = static_cast<size_t>(parse_int(kLl128Max, v));
   if (const char* v = env(kPdl.var)) o.allreduce_pdl = parse_bool(kPdl.var, v) ? 1 : 0;
@@ -311,6 +324,7 @@ void Options::validate() const {
                               " (0 = default; ", kScratch.var, ")"));
   check(kThreads, allreduce_threads);
   check(kBlocks, allreduce_blocks);
+  check(kMaxBlocks, max_blocks);
   check_size(kLlMax, allreduce_ll_max);
   check_size(kLl128Max, allreduce_ll128_max);
   check(kPdl, allreduce_pdl);

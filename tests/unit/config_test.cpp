@@ -118,6 +118,37 @@ TEST(Config, ValidateHoldsValuesFromCodeToTheSameRules) {
   EXPECT_STREQ(to_string(AllreduceAlgo::ZeroCopy), "zero_copy");
 }
 
+// Options::max_blocks: PEERLINK_MAX_BLOCKS strictly (a bad value names itself), else NCCL's own
+// NCCL_MAX_CTAS as NCCL reads it (clamped; text that is no integer ignored), so that a program that
+// runs on NCCL never fails here.
+TEST(Config, MaxBlocksFromPeerlinkOrNcclVariable) {
+  EXPECT_EQ(Options().max_blocks, 0);
+  {
+    EnvScope env;
+    env.set("PEERLINK_MAX_BLOCKS", "12");
+    env.set("NCCL_MAX_CTAS", "4");
+    EXPECT_EQ(Options::from_env().max_blocks, 12);
+  }
+  struct Case {
+    const char* value;
+    int want;
+  } nccl[] = {{"4", 4}, {"1000", kMaxAllreduceBlocks}, {"0", 0}, {"-3", 0}, {"many", 0}};
+  for (const Case& c : nccl) {
+    EnvScope env;
+    env.set("NCCL_MAX_CTAS", c.value);
+    EXPECT_EQ(Options::from_env().max_blocks, c.want) << c.value;
+  }
+  for (const char* v : {"161", "-1", "eight"}) {
+    EnvScope env;
+    env.set("PEERLINK_MAX_BLOCKS", v);
+    std::string what = error_of([] { Options::from_env(); });
+    EXPECT_NE(what.find(std::string("PEERLINK_MAX_BLOCKS='") + v), std::string::npos) << what;
+  }
+  Options o;
+  o.max_blocks = kMaxAllreduceBlocks + 1;
+  EXPECT_NE(error_of([&] { o.validate(); }).find("max_blocks"), std::string::npos);
+}
+
 // The Communicator runs the same validate() before any rendezvous (nothing is created).
 TEST(Config, CommunicatorRejectsInvalidOptionsFirst) {
   Options o;
