@@ -119,7 +119,7 @@ int pick_threads(const coll::CollState& st, AllreduceAlgo a) {
 // bandwidth the whole GPU.
 int pick_blocks(const coll::CollState& st, AllreduceAlgo a, const coll::Split& s, size_t elem, int threads) {
   if (st.blocks_override > 0) return st.blocks_override;
-  int all = std::min(std::max(st.sm_count, 1), coll::kMaxBlocks);
+  const int all = coll::whole_gpu_blocks(st);
   size_t bytes = s.shard * elem;
   switch (a) {
     case AllreduceAlgo::OneShot: return clamp_blocks((bytes + threads * 16 - 1) / (threads * 16), all);
@@ -216,13 +216,13 @@ void device_allreduce(coll::CollState& st, const void* src, void* dst, size_t co
     a.split = coll::make_split(count, elem, st.world, st.layout.cap, true, 1);  // count only
     size_t stores = (coll::ll128_lines(bytes) + 3) / 4;
     size_t warps = size_t(a.threads) / 32;
-    a.blocks = st.blocks_override > 0 ? st.blocks_override : clamp_blocks((stores + warps - 1) / warps, coll::kMaxBlocks);
+    a.blocks = st.blocks_override > 0 ? st.blocks_override : clamp_blocks((stores + warps - 1) / warps, st.grid_cap);
   } else if (a.ll) {
     a.split = coll::make_split(count, elem, st.world, st.layout.cap, true, 1);  // count only
     size_t words = (bytes + 7) / 8;
     a.blocks = st.blocks_override > 0
                    ? st.blocks_override
-                   : clamp_blocks((words + a.threads - 1) / a.threads, std::min(std::max(st.sm_count, 1), coll::kMaxBlocks));
+                   : clamp_blocks((words + a.threads - 1) / a.threads, coll::whole_gpu_blocks(st));
     a.ll_words_per_block = (words + a.blocks - 1) / a.blocks;
   } else {
     // The grid is chosen from the first step and then fixed for every step of the call (layout.h).

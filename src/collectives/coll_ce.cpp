@@ -61,7 +61,7 @@ void ce_collective(CollState& st, const CollDesc& d, int dtype, int op, const vo
   gpu::event_record(ev(kCeFork), A);
   gpu::stream_wait_event(B, ev(kCeFork));
   const bool red = reducing(d.kind);
-  const int rblocks = std::max(1, std::min(st.sm_count, kMaxBlocks));
+  const int rblocks = whole_gpu_blocks(st);
   if (!red) {  // own piece, never through the scratch (the reducing kinds read it in place)
     Piece sp = send_piece(d, me), rp = recv_piece(d, me);
     const char* from = s + sp.src_off * e;

@@ -14,6 +14,7 @@
 #include "gpu/runtime.h"
 #include "gpu/vmm.h"  // RelaxedCaptureMode
 #include "common/log.h"
+#include "common/proc.h"
 #include "peerlink/communicator.h"
 #include "peerlink/errors.h"
 #include "transport/services.h"
@@ -227,6 +228,11 @@ CollState& coll_state(Communicator& comm) {
     mine.ll128_links = links ? 1 : 0;
     mine.world = st->world;
     mine.host = st->host ? 1 : 0;
+    mine.sm_count = st->host ? 0 : std::max(1, st->sm_count);
+    mine.grid_max = opts.max_blocks > 0 ? opts.max_blocks : kMaxBlocks;
+    const common::ProcId me = common::self_proc_id();
+    mine.process = uint64_t(uint32_t(me.pid)) * 0x9E3779B97F4A7C15ull ^ me.start_time;
+    mine.device = st->host ? -1 : st->device;
   }
   std::unique_ptr<SetupRecord[]> all(new SetupRecord[st->world]);
   svc.allgather(&mine, sizeof mine, all.get());
@@ -240,6 +246,9 @@ CollState& coll_state(Communicator& comm) {
   expect.flag_bytes = sizeof(FlagArea);
   expect.data_bytes = st->layout.total();
   for (int p = 0; p < st->world; ++p) all[p] = parse_setup_record(&all[p], sizeof(SetupRecord), p, expect);
+  const GridAgreement grid = grid_agreement(all.get(), st->world);
+  st->sm_count = grid.sm_count;
+  st->grid_cap = grid.cap;
   bool ll128 = st->layout.ll128_cap > 0;
   for (int p = 0; p < st->world; ++p) ll128 = ll128 && all[p].ll128_links == 1;
   // Every rank computes the same from the same records and options.

@@ -3,6 +3,7 @@
 // it is created on the first allreduce (collectively: every rank's first allreduce sets it up) and
 // destroyed before the transport closes.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -39,7 +40,11 @@ struct CollState {
   // Tuning from the communicator's Options (allreduce_*), fixed when the state is created.
   int threads = 0;          // Options::allreduce_threads; 0 = per algorithm (allreduce.cpp)
   int blocks_override = 0;  // Options::allreduce_blocks
+  // The grid, agreed by every rank at setup (setup_record.h grid_agreement): the smallest
+  // multiprocessor count of the ranks' GPUs, and the most blocks of any collective kernel
+  // (Options::max_blocks; the GPU's share where ranks of one process share it; else kMaxBlocks).
   int sm_count = 0;
+  int grid_cap = kMaxBlocks;
   size_t ll_max = 0;        // GPU: one-shot messages up to this many bytes go through LL lines
   size_t ll128_max = 0;     // GPU: then up to this many through LL128 lines (0: no LL128, see setup)
   bool nvlink_all = false;  // GPU: every peer of this rank over NVLink (or on its GPU); allreduce's choice
@@ -73,6 +78,10 @@ struct CollState {
 
   ~CollState();
 };
+
+// The most blocks of a kernel meant to cover the whole GPU (one per multiprocessor), within the
+// agreed cap.
+inline int whole_gpu_blocks(const CollState& st) { return std::max(1, std::min(st.sm_count, st.grid_cap)); }
 
 // The communicator's state, set up on first use (collective).
 CollState& coll_state(Communicator& comm);

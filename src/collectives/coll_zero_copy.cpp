@@ -195,6 +195,14 @@ constexpr int kZcPushBlocks = 64, kZcOwnBlocks = 16, kZcThreads = 512;
 // 215.0-215.3 / 217.1-217.2 (NCCL's best 302-306 in session 21).
 constexpr int kZcPullBlocks = kMaxBlocks;
 
+// Push and own-copy blocks of one zero-copy kernel within the agreed grid cap (CollState::grid_cap):
+// a fifth of it for the own copy when the usual 64 + 16 do not fit.
+void fit_push_and_own(int cap, int* push, int* own) {
+  if (*push + *own <= cap) return;
+  *own = std::max(1, cap / 5);
+  *push = std::max(1, cap - *own);
+}
+
 // The pushes go by copy engine: forced by Options::coll_zero_copy_ce, or with 2 ranks from
 // coll_zero_copy_ce_min bytes (measured on 2 GPUs only). Swaps never (an engine cannot exchange).
 bool pushes_by_engine(const CollState& st, const Push* push, bool swap) {
@@ -225,7 +233,7 @@ void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, 
     const size_t e = pull.elem;
     ra.blocks = st.blocks_override > 0
                     ? st.blocks_override
-                    : int(std::min<size_t>(kZcPullBlocks, std::max<size_t>(1, pull.count * e / (512 * 16))));
+                    : int(std::min<size_t>(std::min(kZcPullBlocks, st.grid_cap), std::max<size_t>(1, pull.count * e / (512 * 16))));
     ra.per_block = round_up((pull.count + ra.blocks - 1) / ra.blocks, 16 / e);
     launch_zc_pull(ra, A);
   } else if (!pushes_by_engine(st, push, swap)) {
@@ -248,6 +256,7 @@ void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, 
     c.threads = st.threads > 0 ? st.threads : kZcThreads;
     c.push_blocks = st.blocks_override > 0 ? st.blocks_override : kZcPushBlocks;
     c.own_blocks = kZcOwnBlocks;
+    if (st.blocks_override <= 0) fit_push_and_own(st.grid_cap, &c.push_blocks, &c.own_blocks);
     launch_zc_copy(c, A);
   } else {
     // Copy engines: the own piece on B, each push split over the lanes (forked from A, joined back).
@@ -290,6 +299,7 @@ void device_relay(CollState& st, uint64_t tag, ZcRelayArgs r, void* stream) {
   r.threads = st.threads > 0 ? st.threads : kZcThreads;
   r.push_blocks = st.blocks_override > 0 ? std::min(st.blocks_override, kMaxBlocks - kZcOwnBlocks) : kRelayPushBlocks;
   r.own_blocks = kZcOwnBlocks;
+  if (st.blocks_override <= 0) fit_push_and_own(st.grid_cap, &r.push_blocks, &r.own_blocks);
   launch_zc_relay(a, r, stream);
   launch_ce_step(a, false, stream);
 }

@@ -66,7 +66,7 @@ void device_run(coll::CollState& st, const Call& c, CollAlgo algo, const coll::W
   coll::fill_state_args(st, a);
   a.pdl = st.pdl;
   a.threads = st.threads > 0 ? st.threads : 512;
-  const int all = std::min(std::max(st.sm_count, 1), coll::kMaxBlocks);
+  const int all = coll::whole_gpu_blocks(st);
   L.d = c.d;
   const size_t elem = c.d.elem;
   if (algo == CollAlgo::LL) {
@@ -84,7 +84,7 @@ void device_run(coll::CollState& st, const Call& c, CollAlgo algo, const coll::W
     const size_t lines = coll::ll128_lines(coll::local_max_piece(c.d) * elem);
     a.threads = std::max(64, a.threads / 64 * 64);
     const size_t warps = size_t(a.threads) / 32, stores = (lines + 3) / 4;
-    a.blocks = st.blocks_override > 0 ? st.blocks_override : clamp_int((stores + warps - 1) / warps, 1, coll::kMaxBlocks);
+    a.blocks = st.blocks_override > 0 ? st.blocks_override : clamp_int((stores + warps - 1) / warps, 1, st.grid_cap);
   } else {
     L.two_hop = algo == CollAlgo::TwoHop;
     coll::PushGrid g = coll::push_grid(c.d, st.layout.cap, a.threads, all, st.blocks_override, L.two_hop);

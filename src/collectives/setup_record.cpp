@@ -4,11 +4,16 @@
 #include <cstring>
 #include <string>
 
+#include "collectives/layout.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 
 namespace peerlink::coll {
 namespace {
+
+// Bounds of a record's grid fields (far above any GPU: H200 has 132 multiprocessors).
+constexpr int32_t kMaxSmCount = 1024;
+constexpr int32_t kMaxDeviceOrdinal = 1023;
 
 using common::cat;
 
@@ -57,11 +62,34 @@ SetupRecord parse_setup_record(const void* raw, size_t bytes, int from, const Se
   if (r.ll128_links != 0 && r.ll128_links != 1)
     throw InvalidArgument(cat("allreduce setup: rank ", from, "'s record has ll128_links ", r.ll128_links,
                               ", expected 0 or 1"));
+  if (r.sm_count < 0 || r.sm_count > kMaxSmCount || (e.host ? r.sm_count != 0 : r.sm_count == 0) || r.grid_max < 1 ||
+      r.grid_max > kMaxBlocks || r.device < -1 || r.device > kMaxDeviceOrdinal)
+    throw InvalidArgument(cat("allreduce setup: rank ", from, "'s record has ", r.sm_count, " multiprocessors, grid_max ",
+                              r.grid_max, ", device ", r.device, " (expected ", e.host ? "0" : "1..", e.host ? "" : cat(kMaxSmCount),
+                              ", 1..", kMaxBlocks, ", -1..", kMaxDeviceOrdinal, ")"));
   const gpu::HandleKind kind = e.host ? gpu::HandleKind::HostShm : gpu::HandleKind::DeviceIpc;
   check_area(from, "flags", r.flags, r.flags_off, e.flag_bytes, 8, kind);
   // LL128 lines must not straddle 128-byte boundaries in the peer's mapping.
   check_area(from, "data", r.data, r.data_off, e.data_bytes, e.ll128_cap ? 128 : 16, kind);
   return r;
+}
+
+GridAgreement grid_agreement(const SetupRecord* all, int world) {
+  GridAgreement g;
+  g.cap = kMaxBlocks;
+  for (int p = 0; p < world; ++p) {
+    const SetupRecord& r = all[p];
+    if (r.sm_count > 0 && (g.sm_count == 0 || r.sm_count < g.sm_count)) g.sm_count = r.sm_count;
+    if (r.grid_max < g.cap) g.cap = r.grid_max;
+    if (r.device < 0) continue;
+    int sharers = 0;
+    for (int q = 0; q < world; ++q) sharers += all[q].process == r.process && all[q].device == r.device ? 1 : 0;
+    if (sharers > 1) {
+      const int share = r.sm_count / sharers > 1 ? r.sm_count / sharers : 1;
+      if (share < g.cap) g.cap = share;
+    }
+  }
+  return g;
 }
 
 }  // namespace peerlink::coll

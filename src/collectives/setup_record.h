@@ -13,7 +13,7 @@ namespace peerlink::coll {
 
 struct SetupRecord {
   static constexpr uint32_t kMagic = 0x504c4352;  // "PLCR"
-  static constexpr uint32_t kVersion = 2;  // 2: ll128_cap, ll128_links
+  static constexpr uint32_t kVersion = 3;  // 2: ll128_cap, ll128_links; 3: the grid fields
   uint32_t magic = kMagic;
   uint32_t version = kVersion;
   int32_t rank = -1;   // the sender: must equal the allgather slot it came from
@@ -25,6 +25,15 @@ struct SetupRecord {
   uint64_t ll128_cap = 0;  // LL128 bytes per (slot, source rank) (DataLayout::ll128_cap)
   uint64_t flags_off = 0, data_off = 0;  // offsets of the areas inside their allocations
   gpu::MemHandle flags, data;
+  // The grid (grid_agreement): this rank's multiprocessors (0 on the host backend), the most blocks
+  // its Options allow (Options::max_blocks, else kMaxBlocks), and which process and device it runs
+  // in (a random number per process; the device ordinal, -1 on the host), so that every rank counts
+  // the ranks sharing each GPU as threads of one process.
+  int32_t sm_count = 0;
+  int32_t grid_max = 0;
+  uint64_t process = 0;
+  int32_t device = -1;
+  int32_t reserved = 0;
 };
 
 // What this rank requires of every record (its own geometry: all ranks must agree).
@@ -45,5 +54,16 @@ struct SetupExpect {
 // [off, off + need) inside the allocation without overflow. Throws InvalidArgument naming the rank,
 // the field and the values.
 SetupRecord parse_setup_record(const void* raw, size_t bytes, int from, const SetupExpect& e);
+
+// The grid every rank's kernels use, computed alike on every rank from the same parsed records:
+// sm_count, the smallest multiprocessor count; cap, the most blocks of any collective kernel. The
+// cap is the smallest grid_max, and where ranks of one process share a GPU (threads), that GPU's
+// multiprocessors divided among them: each spins for the others, so all their blocks must be
+// resident at once (a full grid each hung until the device timeout; one H200, session 26 calls 4-5).
+struct GridAgreement {
+  int sm_count = 0;
+  int cap = 0;
+};
+GridAgreement grid_agreement(const SetupRecord* all, int world);
 
 }  // namespace peerlink::coll

@@ -122,7 +122,7 @@ void device_run(CollState& st, uint64_t tag, const Shard& sh, size_t elem, int d
     ra.op = op;
     ra.blocks = st.blocks_override > 0
                     ? st.blocks_override
-                    : int(std::min<size_t>(kZcAllreduceBlocks, std::max<size_t>(1, sh.count * elem / (512 * 16))));
+                    : int(std::min<size_t>(std::min(kZcAllreduceBlocks, st.grid_cap), std::max<size_t>(1, sh.count * elem / (512 * 16))));
     ra.per_block = round_up((sh.count + ra.blocks - 1) / ra.blocks, elem < 16 ? 16 / elem : 1);
     launch_zc_pull(ra, stream);
   }

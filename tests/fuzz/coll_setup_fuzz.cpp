@@ -14,7 +14,7 @@
 using peerlink::coll::SetupExpect;
 using peerlink::coll::SetupRecord;
 
-static_assert(sizeof(SetupRecord) == 272, "update tests/fuzz/corpus/make_coll_setup.py with the record layout");
+static_assert(sizeof(SetupRecord) == 296, "update tests/fuzz/corpus/make_coll_setup.py with the record layout");
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int host = 0; host < 2; ++host) {
@@ -37,6 +37,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (r.flags_off > r.flags.alloc_bytes || e.flag_bytes > r.flags.alloc_bytes - r.flags_off) std::abort();
       if (r.data_off > r.data.alloc_bytes || e.data_bytes > r.data.alloc_bytes - r.data_off) std::abort();
       if (r.rank != 1 || r.world != 2) std::abort();
+      // And the grid every rank derives from such records stays within the flag area.
+      SetupRecord both[2] = {r, r};
+      const peerlink::coll::GridAgreement g = peerlink::coll::grid_agreement(both, 2);
+      if (g.cap < 1 || g.cap > peerlink::coll::kMaxBlocks || g.sm_count < 0) std::abort();
     } catch (const peerlink::InvalidArgument&) {
     }
   }

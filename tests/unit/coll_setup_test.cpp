@@ -57,6 +57,10 @@ SetupRecord valid_record(int rank, const SetupExpect& e) {
   r.data.kind = r.flags.kind;
   r.data.alloc_bytes = e.data_bytes + 4096;
   r.data_off = 4096;
+  r.sm_count = e.host ? 0 : 132;
+  r.grid_max = coll::kMaxBlocks;
+  r.process = 7;
+  r.device = e.host ? -1 : 0;
   return r;
 }
 
@@ -95,6 +99,11 @@ std::vector<Corruption> corruptions() {
       {"flags offset past alloc", [](SetupRecord& r) { r.flags_off = r.flags.alloc_bytes + 8; }, "does not fit"},
       {"flags misaligned", [](SetupRecord& r) { r.flags_off = 4; }, "multiple of 8"},
       {"data misaligned", [](SetupRecord& r) { r.data_off = 4104; }, "multiple of 128"},
+      {"grid_max 0", [](SetupRecord& r) { r.grid_max = 0; }, "grid_max 0"},
+      {"grid_max above the flag area", [](SetupRecord& r) { r.grid_max = coll::kMaxBlocks + 1; }, "grid_max 161"},
+      {"multiprocessors on the host", [](SetupRecord& r) { r.sm_count = 132; }, "132 multiprocessors"},
+      {"negative multiprocessors", [](SetupRecord& r) { r.sm_count = -5; }, "-5 multiprocessors"},
+      {"device", [](SetupRecord& r) { r.device = -2; }, "device -2"},
   };
 }
 
@@ -119,6 +128,45 @@ TEST(CollSetup, EveryCorruptFieldIsInvalidArgumentNamingIt) {
   }
   SetupRecord r = valid_record(1, e);
   EXPECT_NE(parse_error(r, 1, e, sizeof r - 1).find("bytes"), std::string::npos);
+}
+
+// The grid every rank computes from the records: the smallest multiprocessor count, and the cap: the
+// smallest grid_max, and each GPU's multiprocessors shared among the ranks of one process on it.
+TEST(CollSetup, GridAgreement) {
+  auto rec = [](int sm, int grid_max, uint64_t process, int device) {
+    SetupRecord r;
+    r.sm_count = sm;
+    r.grid_max = grid_max;
+    r.process = process;
+    r.device = device;
+    return r;
+  };
+  const int full = coll::kMaxBlocks;
+  {  // one process per GPU: the whole GPU, LL128's grids may pass one block per multiprocessor
+    SetupRecord all[] = {rec(132, full, 1, 0), rec(132, full, 2, 1)};
+    coll::GridAgreement g = coll::grid_agreement(all, 2);
+    EXPECT_EQ(g.sm_count, 132);
+    EXPECT_EQ(g.cap, full);
+  }
+  {  // GPUs of different sizes: the smaller; one rank's max_blocks binds every rank
+    SetupRecord all[] = {rec(132, full, 1, 0), rec(114, 24, 2, 0), rec(132, full, 3, 1)};
+    coll::GridAgreement g = coll::grid_agreement(all, 3);
+    EXPECT_EQ(g.sm_count, 114);
+    EXPECT_EQ(g.cap, 24);
+  }
+  {  // two threads of one process on GPU 0 (and one more process on GPU 0: time-sliced, not counted)
+    SetupRecord all[] = {rec(132, full, 5, 0), rec(132, full, 5, 0), rec(132, full, 6, 0), rec(132, full, 5, 1)};
+    coll::GridAgreement g = coll::grid_agreement(all, 4);
+    EXPECT_EQ(g.cap, 66);
+  }
+  {  // four threads on one GPU, and the host backend (no multiprocessors, no device)
+    SetupRecord gpu[] = {rec(132, full, 5, 3), rec(132, full, 5, 3), rec(132, full, 5, 3), rec(132, full, 5, 3)};
+    EXPECT_EQ(coll::grid_agreement(gpu, 4).cap, 33);
+    SetupRecord host[] = {rec(0, full, 5, -1), rec(0, full, 5, -1)};
+    coll::GridAgreement g = coll::grid_agreement(host, 2);
+    EXPECT_EQ(g.sm_count, 0);
+    EXPECT_EQ(g.cap, full);
+  }
 }
 
 // A hostile rank publishes a corrupt record in place of its allreduce setup; the victim's first

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the collectives' fuzz targets, little endian:
 - coll_setup/ (tests/fuzz/coll_setup_fuzz.cpp): valid collectives setup records
-  (src/collectives/setup_record.h, 272 bytes) of rank 1 in a 2-rank job, host and GPU, and a few
+  (src/collectives/setup_record.h, 296 bytes) of rank 1 in a 2-rank job, host and GPU, and a few
   near misses;
 - window_record/ (tests/fuzz/window_record_fuzz.cpp): a selector byte (rank | (id - 1) << 3) and a
   window registration record (src/collectives/window_record.h, 144 bytes): valid host and GPU
@@ -12,7 +12,7 @@ from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "coll_setup"
 WIN_OUT = Path(__file__).resolve().parent / "window_record"
-MAGIC, VERSION = 0x504C4352, 2
+MAGIC, VERSION = 0x504C4352, 3
 FLAG_BYTES = 2 * 160 * 8 * 8 + 160 * 8 + 4 + 15 * 4  # sizeof(FlagArea)
 CAP = 1 << 20
 
@@ -38,7 +38,10 @@ def record(host, rank=1, world=2, flags_off=0, data_off=0, extra=0, kind=None, m
     links = 0 if host else 1
     head = struct.pack("<IIiiiiQQQQQ", magic, VERSION, rank, world, 1 if host else 0, links, CAP, ll_cap, ll128_cap,
                        flags_off, data_off)
-    return head + handle(k, FLAG_BYTES + flags_off, name) + handle(k, data_bytes(world, ll_cap, ll128_cap) + data_off + extra, name)
+    # sm_count i32, grid_max i32, process u64, device i32, reserved i32
+    grid = struct.pack("<iiQii", 0 if host else 132, 160, 7, -1 if host else 0, 0)
+    return (head + handle(k, FLAG_BYTES + flags_off, name) +
+            handle(k, data_bytes(world, ll_cap, ll128_cap) + data_off + extra, name) + grid)
 
 
 def main():
@@ -53,7 +56,7 @@ def main():
         "short": record(True)[:200],
     }
     for name, blob in seeds.items():
-        assert name == "short" or len(blob) == 272, (name, len(blob))
+        assert name == "short" or len(blob) == 296, (name, len(blob))
         (OUT / name).write_bytes(blob)
     window_seeds()
 
