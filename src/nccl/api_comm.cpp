@@ -49,6 +49,7 @@ ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int 
   auto c = std::make_unique<ncclComm>();
   try {
     c->opts = Options::from_env();
+    apply_config(c->opts, config);
   } catch (const std::exception& e) {
     set_last_error(std::string(what) + ": " + e.what());
     return result_of(e);
@@ -88,11 +89,14 @@ ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int 
     if (!(real = need_real(c->opts, what))) return ncclInvalidUsage;
   }
   if (c->log.info)
-    log_line("INFO", "comm %p rank %d/%d device %d: %s%s", static_cast<void*>(c.get()), rank, nranks, c->device,
+    log_line("INFO", "comm %p rank %d/%d device %d: %s%s%s", static_cast<void*>(c.get()), rank, nranks, c->device,
              c->route == Route::Peerlink ? "peerlink (all ranks on this node)"
                                          : (info.ours ? "real NCCL (the id was made on another node)"
                                                       : "real NCCL (a real NCCL unique id)"),
-             in_group() ? ", created at ncclGroupEnd" : "");
+             in_group() ? ", created at ncclGroupEnd" : "",
+             c->route == Route::Peerlink && c->opts.max_blocks > 0
+                 ? (", at most " + std::to_string(c->opts.max_blocks) + " blocks per kernel (maxCTAs)").c_str()
+                 : "");
   ncclComm* raw = c.release();
   *out = raw;
   // A copy of the config that outlives the caller's (the init may run at ncclGroupEnd).

@@ -76,6 +76,7 @@ PL_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, n
     child = new ncclComm;
     child->route = Route::Peerlink;
     child->opts = comm->opts;
+    apply_config(child->opts, config);
     child->log = comm->log;
     child->device = comm->device;
     *newcomm = child;
@@ -123,10 +124,11 @@ PL_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksLis
     set_last_error("ncclCommShrink: shrinkFlags " + std::to_string(shrinkFlags) + " is not NCCL_SHRINK_DEFAULT or _ABORT");
     return ncclInvalidArgument;
   }
-  (void)config;  // peerlink takes none of its fields; NCCL_SHRINK_ABORT: no host-side work to abort
+  // NCCL_SHRINK_ABORT: no host-side work to abort.
   auto* child = new ncclComm;
   child->route = Route::Peerlink;
   child->opts = comm->opts;
+  apply_config(child->opts, config);
   child->log = comm->log;
   child->device = comm->device;
   child->nranks = comm->nranks - static_cast<int>(excl.size());

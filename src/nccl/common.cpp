@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <new>
 #include <strings.h>
@@ -177,6 +179,12 @@ struct ScopedGroup {
 };
 
 }  // namespace
+
+void apply_config(Options& o, const ncclConfig_t* config) {
+  if (!config || config->size < offsetof(ncclConfig_t, maxCTAs) + sizeof(config->maxCTAs)) return;
+  if (config->maxCTAs != NCCL_CONFIG_UNDEF_INT && config->maxCTAs > 0)
+    o.max_blocks = std::min(config->maxCTAs, kMaxAllreduceBlocks);
+}
 
 void warm_p2p(ncclComm* comm) {
   comm->p2p_warm = comm->p2p_forward = false;

@@ -167,4 +167,8 @@ void warm_p2p(ncclComm* comm);
 // Guard that the caller's handle is one of ours and initialised.
 ncclResult_t check_comm(const ncclComm* comm, const char* what);
 
+// The fields of an ncclConfig_t that a peerlink communicator takes into its Options: maxCTAs, the
+// most blocks of any of its kernels (Options::max_blocks). The others are NCCL's own tuning.
+void apply_config(Options& o, const ncclConfig_t* config);
+
 }  // namespace peerlink::nccl

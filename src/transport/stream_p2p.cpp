@@ -102,6 +102,9 @@ StreamEngine::StreamEngine(CommServices& comm) : comm_(comm) {
       // through the peer): one block per multiprocessor fits by construction (stream_kernels.cu).
       grid_cap_ = std::max(1, gpu::multiprocessor_count(comm.device()));
       const Options& o = comm.options();
+      // Options::max_blocks (NCCL's maxCTAs) caps every launch too; a launch still gets one block
+      // per channel (assign_blocks).
+      if (o.max_blocks > 0) grid_cap_ = std::min(grid_cap_, o.max_blocks);
       channel_blocks_ = o.stream_blocks > 0 ? o.stream_blocks : kMaxChannelBlocks;
       const int cc = gpu::compute_capability(comm.device());
       pdl_ = (o.stream_pdl < 0 ? cc >= 90 : o.stream_pdl != 0) && cc >= 90;
