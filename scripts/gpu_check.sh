@@ -97,6 +97,9 @@ if has colls; then  # the other collectives: GPU tests (2 ranks; 4 ranks on 2 GP
   [ "$NGPU" -ge 4 ] && PEERLINK_TEST_GPUS=4 PEERLINK_TEST_DEVICES=0,1,2,3 \
     run_step colls_gtest_4gpu 300 $T --gtest_filter='CollectivesGpu.*:CollZcGpu.*:CollCeGpu.*'
   PEERLINK_TEST_GPUS=2 PEERLINK_TEST_DEVICES=0,1,0,1 run_step colls_gtest4 240 $T --gtest_filter='CollectivesGpu.*'
+  # Two ranks as threads of one process on GPU 0, and one rank alone (its collectives are copies)
+  PEERLINK_TEST_GPUS=2 PEERLINK_TEST_DEVICES=0 run_step colls_gtest_1gpu 120 $T \
+    --gtest_filter='CollThreadsGpu.*:CollectivesGpu.Correctness:CollectivesGpu.GraphCaptureAndReplays'
   [ "${COLLS8:-1}" = 1 ] && PEERLINK_TEST_GPUS=2 PEERLINK_TEST_DEVICES=0,1,0,1,0,1,0,1 \
     run_step colls_gtest8 300 $T --gtest_filter='CollectivesGpu.*'  # 8 ranks, 4 processes per GPU (issue 14)
   for op in ${COLL_OPS:-all_gather reduce_scatter broadcast reduce alltoall}; do
