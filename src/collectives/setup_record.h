@@ -27,7 +27,7 @@ struct SetupRecord {
   gpu::MemHandle flags, data;
   // The grid (grid_agreement): this rank's multiprocessors (0 on the host backend), the most blocks
   // its Options allow (Options::max_blocks, else kMaxBlocks), and which process and device it runs
-  // in (a random number per process; the device ordinal, -1 on the host), so that every rank counts
+  // in (a hash of its pid and start time; the device ordinal, -1 on the host), so that every rank counts
   // the ranks sharing each GPU as threads of one process.
   int32_t sm_count = 0;
   int32_t grid_max = 0;
