@@ -31,10 +31,8 @@ PL_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, 
   const char* what = "ncclAllReduce";
   if (ncclResult_t r = check_args(comm, what, datatype, op, INT_MIN, count, {sendbuff, recvbuff})) return r;
   if (empty_collective(comm, what, count)) return ncclSuccess;
-  if (one_rank_reduction(comm, what, op)) {
-    const size_t b = count * type_size(datatype);
-    return on_peerlink(comm, what, OpKind::Collective, stream, [=] { local_copy(comm, recvbuff, sendbuff, b, stream); });
-  }
+  if (one_rank_reduction(comm, what, op))
+    return copy_as_collective(comm, what, recvbuff, sendbuff, count * type_size(datatype), stream);
   DataType dt;
   ReduceOp rop;
   // peerlink's allreduce serves up to 8 ranks (one node's GPUs; UnsupportedError beyond).
@@ -127,10 +125,8 @@ PL_NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, siz
   if (ncclResult_t r = check_args(comm, what, datatype, op, root, count, {sendbuff})) return r;
   if (comm->rank == root && count > 0 && !recvbuff) return bad(what, "root's recvbuff is NULL");
   if (empty_collective(comm, what, count)) return ncclSuccess;
-  if (one_rank_reduction(comm, what, op)) {
-    const size_t b = count * type_size(datatype);
-    return on_peerlink(comm, what, OpKind::Collective, stream, [=] { local_copy(comm, recvbuff, sendbuff, b, stream); });
-  }
+  if (one_rank_reduction(comm, what, op))
+    return copy_as_collective(comm, what, recvbuff, sendbuff, count * type_size(datatype), stream);
 #if PL_NCCL_USE_PL_REDUCE
   DataType dt;
   ReduceOp rop;
@@ -151,10 +147,8 @@ PL_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbu
   const char* what = "ncclReduceScatter";
   if (ncclResult_t r = check_args(comm, what, datatype, op, INT_MIN, recvcount, {sendbuff, recvbuff})) return r;
   if (empty_collective(comm, what, recvcount)) return ncclSuccess;
-  if (one_rank_reduction(comm, what, op)) {
-    const size_t b = recvcount * type_size(datatype);
-    return on_peerlink(comm, what, OpKind::Collective, stream, [=] { local_copy(comm, recvbuff, sendbuff, b, stream); });
-  }
+  if (one_rank_reduction(comm, what, op))
+    return copy_as_collective(comm, what, recvbuff, sendbuff, recvcount * type_size(datatype), stream);
 #if PL_NCCL_USE_PL_REDUCE_SCATTER
   DataType dt;
   ReduceOp rop;

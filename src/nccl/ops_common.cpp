@@ -157,6 +157,10 @@ bool one_rank_reduction(ncclComm* c, const char* what, ncclRedOp_t op) {
   return true;
 }
 
+ncclResult_t copy_as_collective(ncclComm* c, const char* what, void* dst, const void* src, size_t bytes, void* stream) {
+  return on_peerlink(c, what, OpKind::Collective, stream, [=] { local_copy(c, dst, src, bytes, stream); });
+}
+
 bool empty_collective(ncclComm* c, const char* what, size_t count) {
   if (count != 0 || c->route != Route::Peerlink) return false;
   say(c, what, "nothing (count 0)");

@@ -42,6 +42,9 @@ bool empty_collective(ncclComm* c, const char* what, size_t count);
 // True (and said at INFO) when a reduction with `op` on `c` is a copy: a peerlink communicator of
 // one rank and any op but a PreMulSum.
 bool one_rank_reduction(ncclComm* c, const char* what, ncclRedOp_t op);
+// A copy of `bytes` from src to dst enqueued as one of c's collectives (stream-ordered, in group
+// order): the one-rank reductions.
+ncclResult_t copy_as_collective(ncclComm* c, const char* what, void* dst, const void* src, size_t bytes, void* stream);
 
 // A PreMulSum placeholder's record copied when the op is called (the program may destroy the
 // placeholder before ncclGroupEnd); null for the built-in ops and on real communicators.
