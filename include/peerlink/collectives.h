@@ -17,7 +17,10 @@
 namespace peerlink {
 
 enum class DataType { F32, F16, BF16, F64, I32, I64 };
-enum class ReduceOp { Sum, Max, Min, Prod };
+// Avg: the sum divided by the world size, as ncclAvg and torch's ReduceOp.AVG. Floats multiply the sum
+// by 1/world once in their accumulation type (f16/bf16 in f32, then one rounding; exact for a
+// power-of-two world size); integers divide the wrapped sum, rounding toward zero.
+enum class ReduceOp { Sum, Max, Min, Prod, Avg };
 
 // AllreduceAlgo, parse_allreduce_algo and to_string(AllreduceAlgo) live in options.h (config).
 
@@ -27,7 +30,7 @@ const char* to_string(ReduceOp op);
 // Case-insensitive; accept the usual spellings ("bf16", "bfloat16", "float32", "fp16", "int64", ...).
 // InvalidArgument naming the string otherwise.
 DataType parse_dtype(const std::string& s);
-ReduceOp parse_reduce_op(const std::string& s);          // "sum", "max", "min", "prod"/"product"
+ReduceOp parse_reduce_op(const std::string& s);          // "sum", "max", "min", "prod"/"product", "avg"/"mean"
 
 // recvbuf[i] = op over ranks 0..n-1 (in that order) of sendbuf[i], for i < count. sendbuf == recvbuf
 // is allowed. Every rank gets bit-identical results; f16/bf16 accumulate in f32, integers wrap.

@@ -263,7 +263,7 @@ void allreduce_check(Communicator& comm) {
 void allreduce(Communicator& comm, const void* sendbuf, void* recvbuf, size_t count, DataType dtype,
                ReduceOp op, void* stream) {
   const size_t elem = dtype_size(dtype);  // validates dtype
-  if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::Prod))
+  if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::Avg))
     throw InvalidArgument(cat("allreduce: unknown ReduceOp ", static_cast<int>(op)));
   if (count > (SIZE_MAX / elem)) throw InvalidArgument(cat("allreduce: count ", count, " overflows"));
   if (count > 0 && (!sendbuf || !recvbuf))

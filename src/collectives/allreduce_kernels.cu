@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(1024) oneshot_ll_kernel(LaunchArgs a) {
     if (!ok) break;
     T out[E];
 #pragma unroll
-    for (int j = 0; j < E; ++j) out[j] = A::out(acc[j]);
+    for (int j = 0; j < E; ++j) out[j] = A::out(finish<Op>(acc[j], n));
     uint64_t v;
     memcpy(&v, out, 8);
     store_word(dst, w, bytes, aligned, v);
@@ -195,6 +195,7 @@ void launch_op(const LaunchArgs& a, DevStream st) {
     case kOpMax: launch_typed<T, kOpMax>(a, st); break;
     case kOpMin: launch_typed<T, kOpMin>(a, st); break;
     case kOpProd: launch_typed<T, kOpProd>(a, st); break;
+    case kOpAvg: launch_typed<T, kOpAvg>(a, st); break;
     default: throw InvalidArgument(common::cat("allreduce: unknown reduce op code ", a.op));
   }
 }

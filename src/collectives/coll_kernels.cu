@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(1024) coll_ll_kernel(CollLaunchArgs c) {
         if (!ok) break;
         T o[E];
 #pragma unroll
-        for (int j = 0; j < E; ++j) o[j] = A::out(acc[j]);
+        for (int j = 0; j < E; ++j) o[j] = A::out(finish<Op>(acc[j], n));
         uint64_t v;
         memcpy(&v, o, 8);
         store_word(out, w, bytes, al, v);  // bytes past the piece's end are never stored
@@ -313,6 +313,7 @@ void launch_op(const CollLaunchArgs& c, DevStream st) {
     case kOpMax: return launch_typed<T, kOpMax>(c, st);
     case kOpMin: return launch_typed<T, kOpMin>(c, st);
     case kOpProd: return launch_typed<T, kOpProd>(c, st);
+    case kOpAvg: return launch_typed<T, kOpAvg>(c, st);
   }
   throw InvalidArgument(common::cat("collective: unknown reduce op code ", c.a.op));
 }
@@ -358,7 +359,7 @@ void preload_ce_kernels() {
   gpu::dev::preload(coll_ce_step_kernel);
   for (int t = kF32; t <= kI64; ++t)
     with_type(t, [&](auto ty) {
-      for (int o = kOpSum; o <= kOpProd; ++o)
+      for (int o = kOpSum; o <= kOpAvg; ++o)
         with_op(o, [&](auto op) { gpu::dev::preload(coll_ce_reduce_kernel<decltype(ty), decltype(op)::value>); });
     });
 }

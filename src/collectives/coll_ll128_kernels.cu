@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(1024) coll_ll128_kernel(CollLaunchArgs c) {
           fold<T, Op>(acc0, v0, r == 0);
           fold<T, Op>(acc1, v1, r == 0);
         }
-        if (ok && active) store_words(out, bytes, al, l, unfold<T>(acc0), unfold<T>(acc1));
+        if (ok && active) store_words(out, bytes, al, l, unfold<T, Op>(acc0, n), unfold<T, Op>(acc1, n));
       }
     }
   } else {

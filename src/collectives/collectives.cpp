@@ -44,7 +44,7 @@ void check_null(const char* name, const void* p, size_t bytes, const char* which
 }
 
 void check_op(const char* name, ReduceOp op) {
-  if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::Prod))
+  if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::Avg))
     throw InvalidArgument(cat(name, ": unknown ReduceOp ", static_cast<int>(op)));
 }
 

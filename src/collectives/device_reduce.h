@@ -39,7 +39,7 @@ __device__ void reduce_block(const T* const* ins, int nin, T* const* outs, int n
         for (int j = 0; j < V; ++j) acc[j] = Apply<Op>::run(acc[j], A::in(v[j]));
       }
 #pragma unroll
-      for (int j = 0; j < V; ++j) v[j] = A::out(acc[j]);
+      for (int j = 0; j < V; ++j) v[j] = A::out(finish<Op>(acc[j], nin));
       memcpy(&p, v, 16);
     }
     for (int o = 0; o < nout; ++o) reinterpret_cast<Pack16*>(outs[o])[u] = p;
@@ -49,7 +49,7 @@ __device__ void reduce_block(const T* const* ins, int nin, T* const* outs, int n
     if (nin > 1) {
       AccT acc = A::in(x);
       for (int r = 1; r < nin; ++r) acc = Apply<Op>::run(acc, A::in(load_fresh_scalar(ins[r] + e)));
-      x = A::out(acc);
+      x = A::out(finish<Op>(acc, nin));
     }
     for (int o = 0; o < nout; ++o) outs[o][e] = x;
   }

@@ -83,6 +83,7 @@ void run_op(CollState& st, const void* src, void* dst, size_t count, int op, boo
     case kOpMax: return run<T, kOpMax>(st, s, d, count, one_shot);
     case kOpMin: return run<T, kOpMin>(st, s, d, count, one_shot);
     case kOpProd: return run<T, kOpProd>(st, s, d, count, one_shot);
+    case kOpAvg: return run<T, kOpAvg>(st, s, d, count, one_shot);
   }
   throw InvalidArgument(cat("allreduce: unknown reduce op code ", op));
 }

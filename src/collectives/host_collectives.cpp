@@ -316,6 +316,7 @@ void run_typed(CollState& st, const CollDesc& d, int op, const void* src, void* 
     case kOpMax: return go(std::integral_constant<int, kOpMax>{});
     case kOpMin: return go(std::integral_constant<int, kOpMin>{});
     case kOpProd: return go(std::integral_constant<int, kOpProd>{});
+    case kOpAvg: return go(std::integral_constant<int, kOpAvg>{});
   }
   throw InvalidArgument(cat(kind_name(d.kind), ": unknown reduce op code ", op));
 }

@@ -27,7 +27,7 @@ void reduce_elems(const T* const* ins, int nin, T* const* outs, int nout, size_t
   for (size_t i = 0; i < n; ++i) {
     typename A::type acc = A::in(ins[0][i]);
     for (int r = 1; r < nin; ++r) acc = Apply<Op>::run(acc, A::in(ins[r][i]));
-    T v = A::out(acc);
+    T v = A::out(finish<Op>(acc, nin));
     for (int o = 0; o < nout; ++o) outs[o][i] = v;
   }
 }

@@ -92,12 +92,13 @@ __device__ __forceinline__ void fold(typename Acc<T>::type (&acc)[8 / sizeof(T)]
 #pragma unroll
   for (int e = 0; e < E; ++e) acc[e] = first ? Acc<T>::in(x[e]) : Apply<Op>::run(acc[e], Acc<T>::in(x[e]));
 }
-template <typename T>
-__device__ __forceinline__ uint64_t unfold(const typename Acc<T>::type (&acc)[8 / sizeof(T)]) {
+// The words of a reduction over all n ranks (finish: reduce_ops.h).
+template <typename T, int Op>
+__device__ __forceinline__ uint64_t unfold(const typename Acc<T>::type (&acc)[8 / sizeof(T)], int n) {
   constexpr int E = 8 / sizeof(T);
   T x[E];
 #pragma unroll
-  for (int e = 0; e < E; ++e) x[e] = Acc<T>::out(acc[e]);
+  for (int e = 0; e < E; ++e) x[e] = Acc<T>::out(finish<Op>(acc[e], n));
   uint64_t v;
   memcpy(&v, x, 8);
   return v;

@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(1024) oneshot_ll128_kernel(LaunchArgs a) {
       fold<T, Op>(acc1, v1, r == 0);
     }
     if (!ok || !active) return;
-    store_words(dst, bytes, aligned, l, n == 1 ? x0 : unfold<T>(acc0), n == 1 ? x1 : unfold<T>(acc1));
+    store_words(dst, bytes, aligned, l, n == 1 ? x0 : unfold<T, Op>(acc0, n), n == 1 ? x1 : unfold<T, Op>(acc1, n));
   };
 #pragma unroll
   for (int k = 0; k < kOwnPasses; ++k)
@@ -94,6 +94,7 @@ void launch_op(const LaunchArgs& a, DevStream st) {
     case kOpMax: launch_kernel(oneshot_ll128_kernel<T, kOpMax>, a, st); break;
     case kOpMin: launch_kernel(oneshot_ll128_kernel<T, kOpMin>, a, st); break;
     case kOpProd: launch_kernel(oneshot_ll128_kernel<T, kOpProd>, a, st); break;
+    case kOpAvg: launch_kernel(oneshot_ll128_kernel<T, kOpAvg>, a, st); break;
     default: throw InvalidArgument(common::cat("allreduce: unknown reduce op code ", a.op));
   }
 }

@@ -37,7 +37,7 @@ __device__ __forceinline__ Pack16 reduce16(const Pack16 (&v)[NMax], int n) {
     }
   }
 #pragma unroll
-  for (int j = 0; j < V; ++j) x[j] = A::out(acc[j]);
+  for (int j = 0; j < V; ++j) x[j] = A::out(finish<Op>(acc[j], n));
   Pack16 out;
   memcpy(&out, x, 16);
   return out;
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(1024) oneshot_kernel(LaunchArgs a) {
       typename A::type x = A::in(r == me ? src[e] : load_fresh_scalar(region(me, r) + e));
       acc = r == 0 ? x : Apply<Op>::run(acc, x);
     }
-    dst[e] = A::out(acc);
+    dst[e] = A::out(finish<Op>(acc, n));
   }
   kernel_end(a, seq);
 }
@@ -133,6 +133,7 @@ void launch_op(const LaunchArgs& a, DevStream st) {
     case kOpMax: launch_kernel(oneshot_kernel<T, kOpMax, NMax>, a, st); break;
     case kOpMin: launch_kernel(oneshot_kernel<T, kOpMin, NMax>, a, st); break;
     case kOpProd: launch_kernel(oneshot_kernel<T, kOpProd, NMax>, a, st); break;
+    case kOpAvg: launch_kernel(oneshot_kernel<T, kOpAvg, NMax>, a, st); break;
     default: throw InvalidArgument(common::cat("allreduce: unknown reduce op code ", a.op));
   }
 }

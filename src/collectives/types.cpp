@@ -22,7 +22,8 @@ static_assert(int(DataType::F32) == coll::kF32 && int(DataType::F16) == coll::kF
                   int(DataType::I32) == coll::kI32 && int(DataType::I64) == coll::kI64,
               "DataType codes");
 static_assert(int(ReduceOp::Sum) == coll::kOpSum && int(ReduceOp::Max) == coll::kOpMax &&
-                  int(ReduceOp::Min) == coll::kOpMin && int(ReduceOp::Prod) == coll::kOpProd,
+                  int(ReduceOp::Min) == coll::kOpMin && int(ReduceOp::Prod) == coll::kOpProd &&
+                  int(ReduceOp::Avg) == coll::kOpAvg,
               "ReduceOp codes");
 
 size_t dtype_size(DataType t) {
@@ -55,6 +56,7 @@ const char* to_string(ReduceOp op) {
     case ReduceOp::Max: return "max";
     case ReduceOp::Min: return "min";
     case ReduceOp::Prod: return "prod";
+    case ReduceOp::Avg: return "avg";
   }
   return "?";
 }
@@ -76,7 +78,8 @@ ReduceOp parse_reduce_op(const std::string& s) {
   if (v == "max") return ReduceOp::Max;
   if (v == "min") return ReduceOp::Min;
   if (v == "prod" || v == "product") return ReduceOp::Prod;
-  throw InvalidArgument(common::cat("unknown reduce op '", s, "' (use sum, max, min, prod)"));
+  if (v == "avg" || v == "mean") return ReduceOp::Avg;
+  throw InvalidArgument(common::cat("unknown reduce op '", s, "' (use sum, max, min, prod, avg)"));
 }
 
 }  // namespace peerlink

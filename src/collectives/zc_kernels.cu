@@ -296,7 +296,7 @@ __global__ void __launch_bounds__(1024) coll_zc_pull_kernel(CeReduceArgs r) {
     for (int u = 0; u < U; ++u) {
       T v[V];
 #pragma unroll
-      for (int j = 0; j < V; ++j) v[j] = A::out(acc[u][j]);
+      for (int j = 0; j < V; ++j) v[j] = A::out(finish<Op>(acc[u][j], r.nin));
       memcpy(&p[u], v, 16);
       reinterpret_cast<Pack16*>(out)[k + u * stride] = p[u];
     }
@@ -313,15 +313,16 @@ __global__ void __launch_bounds__(1024) coll_zc_pull_kernel(CeReduceArgs r) {
       unpack(load_fresh(reinterpret_cast<const Pack16*>(ins[i]) + k), v);
       for (int j = 0; j < V; ++j) acc[j] = Apply<Op>::run(acc[j], A::in(v[j]));
     }
-    for (int j = 0; j < V; ++j) v[j] = A::out(acc[j]);
+    for (int j = 0; j < V; ++j) v[j] = A::out(finish<Op>(acc[j], r.nin));
     memcpy(reinterpret_cast<Pack16*>(out) + k, v, 16);
     for (int o = 0; o < r.nextra; ++o) memcpy(static_cast<Pack16*>(r.extra_outs[o]) + k, v, 16);
   }
   for (size_t e = nvec * V + t; e < r.count; e += stride) {
     AccT acc = A::in(load_fresh_scalar(ins[0] + e));
     for (int i = 1; i < r.nin; ++i) acc = Apply<Op>::run(acc, A::in(load_fresh_scalar(ins[i] + e)));
-    out[e] = A::out(acc);
-    for (int o = 0; o < r.nextra; ++o) static_cast<T*>(r.extra_outs[o])[e] = A::out(acc);
+    const T x = A::out(finish<Op>(acc, r.nin));
+    out[e] = x;
+    for (int o = 0; o < r.nextra; ++o) static_cast<T*>(r.extra_outs[o])[e] = x;
   }
 }
 
@@ -336,7 +337,7 @@ void preload_multi_kernel_paths() {
   gpu::dev::preload(coll_zc_relay_kernel);
   for (int t = kF32; t <= kI64; ++t)
     with_type(t, [&](auto ty) {
-      for (int o = kOpSum; o <= kOpProd; ++o)
+      for (int o = kOpSum; o <= kOpAvg; ++o)
         with_op(o, [&](auto op) { gpu::dev::preload(coll_zc_pull_kernel<decltype(ty), decltype(op)::value>); });
     });
 }

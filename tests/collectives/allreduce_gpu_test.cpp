@@ -67,14 +67,15 @@ struct DevBuf {
   ~DevBuf() { gpu::device_free(p); }
 };
 
-// Every dtype with sum/max (f32 and bf16 with all ops), sizes from 1 element to multi-step.
+// Every dtype with sum/max/avg (f32 and bf16 with all ops), sizes from 1 element to multi-step.
 TEST(AllreduceGpu, CorrectnessAllAlgos) {
   REQUIRE_GPUS();
   const std::vector<size_t> sizes = {1, 3, 1001, 4099, 65537, 300001, 9000001};
   const DataType types[] = {DataType::BF16, DataType::F32, DataType::F16, DataType::F64, DataType::I32, DataType::I64};
-  // Per variant: (bf16, f32) x 4 ops + 4 types x 2 ops = 16 combos x 6 sizes, + 4 sum cases at 9M.
+  // Per variant: (bf16, f32) x 5 ops + 4 types x 3 ops (sum, max, avg) = 22 combos x 6 sizes, + 4 sum
+  // cases at 9M.
   const int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
-  const int kCases = kVariantCount * (16 * 6 + 4);
+  const int kCases = kVariantCount * (22 * 6 + 4);
   HashTable hashes(2, kCases);
   std::string uid = unique_test_id("gar");
   std::string fail = run_ranks(2, [&](int rank) {
@@ -87,7 +88,7 @@ TEST(AllreduceGpu, CorrectnessAllAlgos) {
       Communicator comm(uid + std::to_string(vi++), rank, 2, pltest::gpu_test_device(rank), opts(algo));
       gpu::Stream s = gpu::stream_create();
       for (DataType t : types)
-        for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod}) {
+        for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod, ReduceOp::Avg}) {
           bool all_ops = t == DataType::F32 || t == DataType::BF16;
           if (!all_ops && (op == ReduceOp::Min || op == ReduceOp::Prod)) continue;
           for (size_t n : sizes) {

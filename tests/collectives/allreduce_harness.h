@@ -50,7 +50,7 @@ inline double gen_value(uint64_t seed, int r, size_t i, DataType t, ReduceOp op)
     return double(1 + (h >> 7) % 1000000) * (neg ? -1 : 1);
   }
   if (op == ReduceOp::Prod) return 0.75 + 0.5 * u;
-  if (op == ReduceOp::Sum) return (0.25 + u) * (neg ? -1 : 1);
+  if (op == ReduceOp::Sum || op == ReduceOp::Avg) return (0.25 + u) * (neg ? -1 : 1);
   return (0.25 + u) * 8 * (neg ? -1 : 1);
 }
 
@@ -107,13 +107,14 @@ inline void check_result(const void* out, size_t count, uint64_t seed, int world
                                        : *reinterpret_cast<int64_t*>(in.data());
         uint64_t ux = uint64_t(x);
         if (r == 0) acc = ux;
-        else if (op == ReduceOp::Sum) acc += ux;
+        else if (op == ReduceOp::Sum || op == ReduceOp::Avg) acc += ux;
         else if (op == ReduceOp::Prod) acc *= ux;
         else if (op == ReduceOp::Max) acc = int64_t(ux) > int64_t(acc) ? ux : acc;
         else acc = int64_t(ux) < int64_t(acc) ? ux : acc;
       }
       int64_t got = t == DataType::I32 ? int64_t(static_cast<const int32_t*>(out)[i]) : static_cast<const int64_t*>(out)[i];
       int64_t want = t == DataType::I32 ? int64_t(int32_t(uint32_t(acc))) : int64_t(acc);
+      if (op == ReduceOp::Avg) want /= world;  // the wrapped sum, divided toward zero (ncclAvg)
       MP_CHECK_MSG(got == want, what << ": element " << i << " of " << count << " is " << got << ", want " << want);
       continue;
     }
@@ -123,14 +124,16 @@ inline void check_result(const void* out, size_t count, uint64_t seed, int world
       double x = load(in.data(), 0, t);
       mag += std::fabs(x);
       if (r == 0) acc = x;
-      else if (op == ReduceOp::Sum) acc += x;
+      else if (op == ReduceOp::Sum || op == ReduceOp::Avg) acc += x;
       else if (op == ReduceOp::Prod) acc *= x;
       else if (op == ReduceOp::Max) acc = std::max(acc, x);
       else acc = std::min(acc, x);
     }
+    if (op == ReduceOp::Avg) acc /= world;
     double got = load(out, i, t);
     double tol = (op == ReduceOp::Max || op == ReduceOp::Min) ? 0.0
                  : op == ReduceOp::Prod ? eps_of(t) * (world + 1) * std::fabs(acc)
+                 : op == ReduceOp::Avg  ? eps_of(t) * (world + 2) * mag / world  // the sum's roundings, then the division's
                                         : eps_of(t) * (world + 1) * mag;
     MP_CHECK_MSG(std::fabs(got - acc) <= tol, what << ": element " << i << " of " << count << " is " << got
                                                    << ", reference " << acc << " (tolerance " << tol << ")");

@@ -19,7 +19,7 @@ using peerlink::Communicator;
 using peerlink::Options;
 
 const DataType kTypes[] = {DataType::F32, DataType::F16, DataType::BF16, DataType::F64, DataType::I32, DataType::I64};
-const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod};
+const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod, ReduceOp::Avg};
 
 Options with_algo(const char* algo) {
   Options o = Options::from_env();

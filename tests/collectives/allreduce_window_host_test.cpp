@@ -57,7 +57,7 @@ struct Arena {
 };
 
 const DataType kTypes[] = {DataType::F32, DataType::F16, DataType::BF16, DataType::F64, DataType::I32, DataType::I64};
-const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod};
+const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod, ReduceOp::Avg};
 
 void sweep(int world, const char* algo, const std::vector<size_t>& counts) {
   const int cases = int(std::size(kTypes) * std::size(kOps) * counts.size());

@@ -27,7 +27,7 @@ using peerlink::Options;
 namespace gpu = peerlink::gpu;
 
 const DataType kTypes[] = {DataType::BF16, DataType::F16, DataType::F32, DataType::I64};
-const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Prod};
+const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Prod, ReduceOp::Avg};
 const size_t kBig = (size_t(32) << 20) + 48;  // bytes of the large case (an odd count in 2-byte types)
 const size_t kCounts[] = {1, 7, 4097, 0};     // 0: the large case
 constexpr size_t kGuard = 64;

@@ -82,7 +82,8 @@ const std::vector<Case> kCases = {{Kind::AllGather, false, 0},         {Kind::Al
                                   {Kind::Broadcast, true, 0},          {Kind::Broadcast, false, 1},
                                   {Kind::Broadcast, true, 1},          {Kind::Reduce, false, 0, ReduceOp::Sum},
                                   {Kind::Reduce, true, 1, ReduceOp::Max}, {Kind::ReduceScatter, false, 0, ReduceOp::Sum},
-                                  {Kind::ReduceScatter, true, 0, ReduceOp::Min}};
+                                  {Kind::ReduceScatter, true, 0, ReduceOp::Min},
+                                  {Kind::ReduceScatter, false, 0, ReduceOp::Avg}};
 
 // Every case of kCases x kTypes x kCounts, in both kinds of window, under `opts`.
 void every_case(const char* tag, const Options& opts) {

@@ -70,7 +70,7 @@ void correctness(const std::vector<Algo>& algos, const std::vector<Kind>& kinds,
   for (const Algo& a : algos)
     for (Kind k : kinds)
       for (DataType t : types)
-        for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod}) {
+        for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod, ReduceOp::Avg}) {
           bool all_ops = t == DataType::F32 || t == DataType::BF16;
           if ((!is_reducing(k) && op != ReduceOp::Sum) || (!all_ops && (op == ReduceOp::Min || op == ReduceOp::Prod)))
             continue;
@@ -86,7 +86,7 @@ void correctness(const std::vector<Algo>& algos, const std::vector<Kind>& kinds,
       Mem mem = device_mem(comm, s);
       for (Kind k : kinds)
         for (DataType t : types)
-          for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod}) {
+          for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod, ReduceOp::Avg}) {
             bool all_ops = t == DataType::F32 || t == DataType::BF16;
             if ((!is_reducing(k) && op != ReduceOp::Sum) || (!all_ops && (op == ReduceOp::Min || op == ReduceOp::Prod)))
               continue;

@@ -18,7 +18,7 @@ using peerlink::Communicator;
 using peerlink::Options;
 
 const DataType kTypes[] = {DataType::F32, DataType::F16, DataType::BF16, DataType::F64, DataType::I32, DataType::I64};
-const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod};
+const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod, ReduceOp::Avg};
 
 Options opts(const char* algo, size_t scratch = 0) {
   Options o = Options::from_env();

@@ -102,7 +102,7 @@ enum class How { Arena, PerBuffer };
 void sweep(int world, const Options& o, How how, const std::vector<size_t>& counts, const char* tag) {
   const DataType types[] = {DataType::BF16, DataType::I32, DataType::F64};
   const Kind kinds[] = {Kind::AllGather, Kind::AllToAll, Kind::Broadcast, Kind::Reduce, Kind::ReduceScatter};
-  const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod};
+  const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod, ReduceOp::Avg};
   const int cases = int(std::size(kinds) * std::size(types) * counts.size());
   HashTable hashes(world, cases);
   std::string uid = unique_test_id(std::string("cowin-") + tag);
@@ -126,7 +126,7 @@ void sweep(int world, const Options& o, How how, const std::vector<size_t>& coun
           std::string what = std::string(kind_name(k)) + " " + tag + " " + peerlink::to_string(t) + " count " +
                              std::to_string(n) + " world " + std::to_string(world) + " root " + std::to_string(root) +
                              (in_place ? " in place" : "");
-          const ReduceOp op = is_reducing(k) ? ops[c % 4] : ReduceOp::Sum;
+          const ReduceOp op = is_reducing(k) ? ops[c % std::size(ops)] : ReduceOp::Sum;
           hashes.put(rank, c, run_case(comm, mem, k, t, op, n, root, in_place, 9100 + c,
                                        what + " " + peerlink::to_string(op)));
           MP_CHECK_MSG(err.empty(), what << ": " << err);
