@@ -2,8 +2,8 @@
 //
 // On a peerlink communicator:
 //   AllReduce            peerlink::allreduce (f32 f16 bf16 f64 i32 i64; u32/u64 for sum and prod, whose
-//                        wrapping arithmetic is bit-identical to the signed one) with sum max min prod;
-//                        anything else (int8, uint8, fp8, avg, PreMulSum, u32/u64 max/min) forwarded;
+//                        wrapping arithmetic is bit-identical to the signed one) with sum max min prod
+//                        avg; anything else (int8, uint8, fp8, PreMulSum, u32/u64 max/min/avg) forwarded;
 //                        on one rank every op but PreMulSum is a copy (AllReduce, Reduce, ReduceScatter)
 //   Send / Recv          peerlink's stream-ordered NCCL-form send/recv (any dtype); to itself: a copy
 //   Broadcast / Bcast, AllGather, AlltoAll, Reduce, ReduceScatter

@@ -21,11 +21,13 @@ bool pl_op(ncclRedOp_t op, ReduceOp* out) {
     case ncclProd: *out = ReduceOp::Prod; return true;
     case ncclMax: *out = ReduceOp::Max; return true;
     case ncclMin: *out = ReduceOp::Min; return true;
-    default: return false;  // avg, PreMulSum
+    case ncclAvg: *out = ReduceOp::Avg; return true;  // signed and float types only (pl_dtype)
+    default: return false;  // PreMulSum
   }
 }
 
-// The peerlink dtype for an arithmetic op, or false (forward).
+// The peerlink dtype for an arithmetic op, or false (forward). uint32/uint64 run as int32/int64
+// where the bits agree: sum and prod wrap alike; max, min and avg (a division) differ.
 bool pl_dtype(ncclDataType_t t, ncclRedOp_t op, DataType* out) {
   bool wrap = op == ncclSum || op == ncclProd;
   switch (t) {

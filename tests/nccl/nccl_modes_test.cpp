@@ -82,11 +82,28 @@ int reduce_of(ncclRedOp_t op, int nranks, size_t i) {
   return acc;
 }
 
+// ncclAvg inputs (2 ranks): the sums run over -7..-2, odd and even, so the halves are exact in every
+// float type and the integers' rounding toward zero shows (-5 / 2 = -2).
+int avg_val(int rank, size_t i) { return rank == 0 ? -static_cast<int>(i % 4) - 5 : static_cast<int>(i % 3) + 1; }
+// got == sum / 2: integers toward zero; floats exactly (halving a small nonzero integer's bits).
+bool same_avg(const Type& ty, const char* got, int sum) {
+  std::vector<char> w(ty.size);
+  switch (ty.t) {
+    case ncclFloat32: { float x = sum / 2.0f; std::memcpy(w.data(), &x, 4); break; }
+    case ncclFloat64: { double x = sum / 2.0; std::memcpy(w.data(), &x, 8); break; }
+    case ncclFloat16: { uint16_t x = static_cast<uint16_t>(f16_bits(sum) - 0x400); std::memcpy(w.data(), &x, 2); break; }
+    case ncclBfloat16: { uint16_t x = static_cast<uint16_t>(bf16_bits(sum) - 0x80); std::memcpy(w.data(), &x, 2); break; }
+    default: return same(ty, got, sum / 2);
+  }
+  return std::memcmp(got, w.data(), ty.size) == 0;
+}
+
 }  // namespace
 
 // -d all -o all, as far as peerlink implements: allreduce, reduce-scatter and reduce of every
-// dtype x {sum, prod, max, min} on 2 processes, verified element by element; unsigned max/min,
-// int8/uint8/fp8, avg and PreMulSum must be refused on the host backend (they need the real NCCL).
+// dtype x {sum, prod, max, min, avg} on 2 processes, verified element by element; unsigned
+// max/min/avg, int8/uint8/fp8 and PreMulSum must be refused on the host backend (they need the real
+// NCCL).
 TEST(NcclModes, EveryDtypeAndOpVerified) {
   ncclUniqueId id = new_id();
   std::string err = run_ranks(2, [&](int rank) {
@@ -120,13 +137,29 @@ TEST(NcclModes, EveryDtypeAndOpVerified) {
         if (rank == 1)
           for (size_t i = 0; i < n; ++i) CHECK(same(ty, red.data() + i * ty.size, reduce_of(op, 2, i)));
       }
+      // ncclAvg: signed and float types on peerlink; unsigned ones divide differently: forwarded.
+      std::vector<char> ain = fill(ty, n, [&](size_t i) { return avg_val(rank, i); });
+      std::vector<char> aout(n * ty.size, 0), ars(n / 2 * ty.size, 0);
+      if (ty.t == ncclUint32 || ty.t == ncclUint64) {
+        CHECK(ncclAllReduce(ain.data(), aout.data(), n, ty.t, ncclAvg, c, nullptr) == ncclInvalidUsage);
+        continue;
+      }
+      CHECK_NCCL(ncclAllReduce(ain.data(), aout.data(), n, ty.t, ncclAvg, c, nullptr));
+      CHECK_NCCL(ncclReduceScatter(ain.data(), ars.data(), n / 2, ty.t, ncclAvg, c, nullptr));
+      CHECK_NCCL(ncclReduce(ain.data(), ain.data(), n, ty.t, ncclAvg, 0, c, nullptr));
+      for (size_t i = 0; i < n; ++i) {
+        const int sum = avg_val(0, i) + avg_val(1, i);
+        if (!same_avg(ty, aout.data() + i * ty.size, sum) || (rank == 0 && !same_avg(ty, ain.data() + i * ty.size, sum)))
+          throw std::runtime_error(std::string("avg ") + ty.name + " element " + std::to_string(i));
+      }
+      for (size_t i = 0; i < n / 2; ++i) {
+        const size_t e = rank * (n / 2) + i;
+        CHECK(same_avg(ty, ars.data() + i * ty.size, avg_val(0, e) + avg_val(1, e)));
+      }
     }
     std::vector<uint8_t> b8(64, 3), o8(64, 0);
     for (ncclDataType_t t : {ncclInt8, ncclUint8, ncclFloat8e4m3, ncclFloat8e5m2})
       CHECK(ncclAllReduce(b8.data(), o8.data(), 64, t, ncclSum, c, nullptr) == ncclInvalidUsage);
-    std::vector<float> f(64, 1.0f), g(64, 0.0f);
-    CHECK(ncclAllReduce(f.data(), g.data(), 64, ncclFloat, ncclAvg, c, nullptr) == ncclInvalidUsage);
-    CHECK(g[0] == 0.0f);  // nothing was written
     // Data movement of 1-byte types takes peerlink's send/recv plan: verified.
     std::vector<uint8_t> all(128, 0), mine(64);
     for (size_t i = 0; i < 64; ++i) mine[i] = static_cast<uint8_t>(rank * 100 + i);

@@ -3,8 +3,8 @@
 Run on 2 GPUs with the shim preloaded (it does not build anything):
     LD_PRELOAD=$PWD/build/lib/libnccl.so.2 PEERLINK_DEBUG=INFO \
         torchrun --nproc-per-node 2 tests/nccl/torch_nccl_check.py
-Checks all_reduce / all_gather_into_tensor / reduce_scatter_tensor / broadcast / send+recv /
-all_to_all_single, eager and captured in torch.cuda.graph (replayed with new inputs), every value
+Checks all_reduce / all_gather_into_tensor / reduce_scatter_tensor (sum, and ReduceOp.AVG for the
+two reductions) / broadcast / send+recv / all_to_all_single, eager and captured in torch.cuda.graph (replayed with new inputs), every value
 compared with the expected one. Prints one line per op and mode: PASS / FAIL, and which libnccl
 files the process loaded (the shim, and the real NCCL when something was forwarded to it; the
 shim's own path lines come on stderr with PEERLINK_DEBUG=INFO). Exit status 1 on any FAIL.
@@ -55,6 +55,21 @@ def make_ops(rank, world, dev):
         full = sum(values(r, n * world, big.dtype, dev, seed) for r in range(world))
         return lambda: dist.reduce_scatter_tensor(x, big), lambda: (x, full[rank * n:(rank + 1) * n])
 
+    def mean(seed, count):  # ReduceOp.AVG's result: the sum over ranks / world (exact for 2 ranks)
+        return sum(values(r, count, torch.float64, dev, seed) for r in range(world)) / world
+
+    def all_reduce_avg(seed, bufs):
+        x = bufs["x"]
+        x.copy_(values(rank, n, x.dtype, dev, seed))
+        want = mean(seed, n).to(x.dtype)
+        return lambda: dist.all_reduce(x, op=dist.ReduceOp.AVG), lambda: (x, want)
+
+    def reduce_scatter_avg(seed, bufs):
+        big, x = bufs["out"], bufs["x"]
+        big.copy_(values(rank, n * world, big.dtype, dev, seed))
+        want = mean(seed, n * world)[rank * n:(rank + 1) * n].to(x.dtype)
+        return lambda: dist.reduce_scatter_tensor(x, big, op=dist.ReduceOp.AVG), lambda: (x, want)
+
     def broadcast(seed, bufs):
         x = bufs["x"]
         x.copy_(values(rank, n, x.dtype, dev, seed))
@@ -82,6 +97,8 @@ def make_ops(rank, world, dev):
     ops["all_reduce"] = all_reduce
     ops["all_gather_into_tensor"] = all_gather
     ops["reduce_scatter_tensor"] = reduce_scatter
+    ops["all_reduce avg"] = all_reduce_avg
+    ops["reduce_scatter_tensor avg"] = reduce_scatter_avg
     ops["broadcast"] = broadcast
     ops["send_recv"] = send_recv
     ops["all_to_all_single"] = all_to_all
