@@ -6,6 +6,13 @@ from . import _peerlink as _C
 from ._tensors import HOST, BufferView, stream_handle
 
 
+def _op_name(op) -> str:
+    """"sum", "max", "min", "prod", "avg" (any case), or torch.distributed's ReduceOp.SUM / AVG / ...
+    (an enum member: its name)."""
+    name = getattr(op, "name", None)
+    return (name if isinstance(name, str) else str(op)).lower()
+
+
 class CollectivesMixin:
     # ---- collectives ----------------------------------------------------------------------------
     def allreduce(self, tensor, op: str = "sum", stream=None) -> None:
@@ -32,7 +39,7 @@ class CollectivesMixin:
             if handle == 1:  # __cuda_array_interface__ spells the legacy default stream 1
                 handle = 0
         count = view.nbytes // view.itemsize
-        _C.allreduce(self._c, view.address, count, view.dtype, str(op).lower(), handle)
+        _C.allreduce(self._c, view.address, count, view.dtype, _op_name(op), handle)
 
     all_reduce = allreduce  # torch.distributed's name
 
@@ -61,7 +68,7 @@ class CollectivesMixin:
             raise _C.InvalidArgument(f"reduce_scatter_tensor: input holds {inp.nbytes} bytes, want world_size "
                                      f"({self.world_size}) x output's {out.nbytes}")
         _C.collective(self._c, "reduce_scatter", inp.address, out.address, out.nbytes // out.itemsize, out.dtype,
-                      str(op).lower(), 0, self._stream_of(out, stream))
+                      _op_name(op), 0, self._stream_of(out, stream))
 
     def broadcast(self, tensor, src: int, stream=None) -> None:
         """In place: tensor = rank src's tensor on every rank."""
@@ -72,7 +79,7 @@ class CollectivesMixin:
     def reduce(self, tensor, dst: int, op: str = "sum", stream=None) -> None:
         """In place: rank dst's tensor = op over all ranks' tensors; the others' are left unchanged."""
         v = self._coll_view(tensor, "reduce", stream, writable=True)
-        _C.collective(self._c, "reduce", v.address, v.address, v.nbytes // v.itemsize, v.dtype, str(op).lower(),
+        _C.collective(self._c, "reduce", v.address, v.address, v.nbytes // v.itemsize, v.dtype, _op_name(op),
                       int(dst), self._stream_of(v, stream))
 
     def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None,

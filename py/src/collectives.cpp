@@ -55,7 +55,8 @@ ReduceOp op_of(const std::string& s) {
   if (s == "max") return ReduceOp::Max;
   if (s == "min") return ReduceOp::Min;
   if (s == "prod" || s == "product") return ReduceOp::Prod;
-  throw InvalidArgument("allreduce: op '" + s + "' is not one of sum, max, min, prod");
+  if (s == "avg" || s == "mean") return ReduceOp::Avg;
+  throw InvalidArgument("allreduce: op '" + s + "' is not one of sum, max, min, prod, avg");
 }
 
 bool linked() { return &peerlink::allreduce != nullptr; }

@@ -19,6 +19,17 @@ def _rand(seed, n, dtype):
     return v.astype(dtype)
 
 
+def _mean(every, axis=0, integer=False):
+    """The average as ncclAvg defines it: the sum over ranks / world; integers toward zero."""
+    m = every.sum(axis=axis) / every.shape[axis]
+    return np.trunc(m) if integer else m
+
+
+class _TorchLikeOp:
+    """Stands in for torch.distributed.ReduceOp.AVG (an enum member: the op goes by its name)."""
+    name = "AVG"
+
+
 def _sync(ctx):
     if ctx.kind == "torch":
         import torch
@@ -39,8 +50,9 @@ def _body(comm, ctx, n, dtype):
     _sync(ctx)
     want = np.concatenate([_rand(100 + q, n, dtype) for q in range(w)])
     assert np.array_equal(ctx.to_numpy(out), want), f"rank {r}: all_gather_into_tensor"
-    # reduce_scatter_tensor (sum, then max)
-    for op, f in (("sum", np.sum), ("max", np.max)):
+    # reduce_scatter_tensor (sum, max, avg)
+    integer = np.dtype(dtype).kind == "i"
+    for op, f in (("sum", np.sum), ("max", np.max), ("avg", lambda e, axis: _mean(e, axis, integer))):
         out = ctx.from_numpy(np.zeros(n, dtype))
         comm.reduce_scatter_tensor(out, ctx.from_numpy(_rand(200 + r, n * w, dtype)), op=op)
         _sync(ctx)
@@ -91,6 +103,12 @@ def _body(comm, ctx, n, dtype):
     comm.all_reduce(t, op="max")
     _sync(ctx)
     assert np.array_equal(ctx.to_numpy(t), np.max(np.stack([_rand(700 + q, n, dtype) for q in range(w)]), axis=0))
+    # all_reduce average, the op given as torch.distributed gives it
+    t = ctx.from_numpy(_rand(800 + r, n, dtype))
+    comm.all_reduce(t, op=_TorchLikeOp())
+    _sync(ctx)
+    every = np.stack([_rand(800 + q, n, dtype).astype(np.float64) for q in range(w)])
+    np.testing.assert_allclose(ctx.to_numpy(t), _mean(every, 0, integer), **tol)
     return True
 
 

@@ -57,7 +57,7 @@ def _argument_errors(comm, ctx):
         expect("other gpu", lambda: comm.send_direct(peer, other, 1), f"GPU {comm.device + 1}")
     if peerlink.has_collectives:
         expect("allreduce dtype", lambda: comm.allreduce(ctx.empty(comm, 16, "uint8")), "uint8")
-        expect("allreduce op", lambda: comm.allreduce(ctx.empty(comm, 16, "float32"), op="avg"), "avg")
+        expect("allreduce op", lambda: comm.allreduce(ctx.empty(comm, 16, "float32"), op="xor"), "xor")
     comm.barrier()
     return sorted(checks)
 
