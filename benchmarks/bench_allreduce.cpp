@@ -56,7 +56,7 @@ struct Config {
 
 const char* kUsage =
     "usage: bench_allreduce [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-G 0|1]\n"
-    "  [-d float|half|bfloat16|double|int32|int64] [-o sum|prod|max|min] [-g NRANKS]\n"
+    "  [-d float|half|bfloat16|double|int32|int64] [-o sum|prod|max|min|avg] [-g NRANKS]\n"
     "  [--impl peerlink|nccl|both] [--algo auto|oneshot|twoshot|bandwidth[,..]] [--gpus D0,D1,..]\n"
     "  [--json FILE] [--time-limit S] [--inject-error] [--threads]\n"
     "  --threads: the ranks as threads of one process (with --gpus 0,0: the single-GPU stand-in)\n"
@@ -127,7 +127,7 @@ int to_nccl(bench::Dt t) {
 }
 int to_nccl(bench::Op o) {
   using namespace bench::nccl;
-  static const int m[] = {Sum, Prod, Max, Min};
+  static const int m[] = {Sum, Prod, Max, Min, Avg};
   return m[static_cast<int>(o)];
 }
 

@@ -40,7 +40,7 @@ using Clock = std::chrono::steady_clock;
 const char* kUsage =
     "usage: bench_collectives --op all_gather|reduce_scatter|broadcast|reduce|alltoall [-b MIN] [-e MAX]\n"
     "  [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-G 0|1] [-d float|half|bfloat16|double|int32|int64]\n"
-    "  [-o sum|prod|max|min] [-r ROOT] [-g NRANKS] [--gpus D0,D1,..] [--time-limit S] [--nccl 0|1] [--threads]\n"
+    "  [-o sum|prod|max|min|avg] [-r ROOT] [-g NRANKS] [--gpus D0,D1,..] [--time-limit S] [--nccl 0|1] [--threads]\n"
     "  [--pl-register 0|1] [--pl-plain 0|1]\n"
     "  (--nccl 0: peerlink only, no NCCL communicator; --pl-register 0: no peerlink-reg column (peerlink's\n"
     "  buffers registered as windows); --pl-plain 0: no plain peerlink column (e.g. with\n"

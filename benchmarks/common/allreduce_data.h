@@ -13,7 +13,7 @@
 namespace bench {
 
 enum class Dt { F32, F16, BF16, F64, I32, I64 };
-enum class Op { Sum, Prod, Max, Min };
+enum class Op { Sum, Prod, Max, Min, Avg };
 
 inline size_t dt_size(Dt t) {
   switch (t) {
@@ -27,7 +27,7 @@ inline const char* dt_name(Dt t) {
   return n[static_cast<int>(t)];
 }
 inline const char* op_name(Op o) {
-  static const char* n[] = {"sum", "prod", "max", "min"};
+  static const char* n[] = {"sum", "prod", "max", "min", "avg"};
   return n[static_cast<int>(o)];
 }
 inline Dt parse_dt(const std::string& s) {
@@ -44,7 +44,8 @@ inline Op parse_op(const std::string& s) {
   if (s == "prod" || s == "product") return Op::Prod;
   if (s == "max") return Op::Max;
   if (s == "min") return Op::Min;
-  throw std::invalid_argument("-o '" + s + "' is not sum, prod, max or min");
+  if (s == "avg") return Op::Avg;
+  throw std::invalid_argument("-o '" + s + "' is not sum, prod, max, min or avg");
 }
 
 // Encodes a small non-negative integer (exact in every type) as one element of `t`.
@@ -76,9 +77,16 @@ inline uint32_t elem_hash(uint64_t i, uint64_t seed) {
   uint64_t z = (i + seed) * 0x9E3779B97F4A7C15ull;
   return static_cast<uint32_t>(z >> 40);
 }
-// Rank r's value for hash class k (k = hash % 24 covers the period of both formulas below).
-inline double input_value(Op op, int r, uint32_t k) {
+// Rank r's value for hash class k (k = hash % 24 covers the period of the formulas below).
+// Avg: rank 0 gives n*b + (n-1)*c, the others n*b - c (b = k % 8 + 1, c = k % 3), so the mean is
+// n*b, exact in every type. (NCCL's float avg multiplies each input by 1/n first: exact, and so
+// checked exactly, only for a power-of-two n.)
+inline double input_value(Op op, int r, uint32_t k, int n) {
   if (op == Op::Prod) return (k + static_cast<uint32_t>(r)) % 3 == 0 ? 2.0 : 1.0;
+  if (op == Op::Avg) {
+    const double b = k % 8 + 1, c = k % 3;
+    return r == 0 ? n * b + (n - 1) * c : n * b - c;
+  }
   return static_cast<double>((k + 3u * static_cast<uint32_t>(r)) % 8 + 1);
 }
 
@@ -86,13 +94,17 @@ class AllreducePattern {
  public:
   AllreducePattern(Dt t, Op op, int nranks) : t_(t), es_(dt_size(t)) {
     for (uint32_t k = 0; k < 24; ++k) {
-      double acc = input_value(op, 0, k);
+      double acc = input_value(op, 0, k, nranks);
       for (int r = 1; r < nranks; ++r) {
-        double v = input_value(op, r, k);
-        acc = op == Op::Sum ? acc + v : op == Op::Prod ? acc * v : op == Op::Max ? std::max(acc, v) : std::min(acc, v);
+        double v = input_value(op, r, k, nranks);
+        acc = op == Op::Sum || op == Op::Avg ? acc + v
+              : op == Op::Prod              ? acc * v
+              : op == Op::Max               ? std::max(acc, v)
+                                            : std::min(acc, v);
       }
+      if (op == Op::Avg) acc /= nranks;
       encode(t, acc, expected_[k]);
-      for (int r = 0; r < nranks && r < 64; ++r) encode(t, input_value(op, r, k), inputs_[r][k]);
+      for (int r = 0; r < nranks && r < 64; ++r) encode(t, input_value(op, r, k, nranks), inputs_[r][k]);
     }
   }
   // Rank r's input for `count` elements under `seed`.

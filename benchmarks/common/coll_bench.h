@@ -130,7 +130,7 @@ class NcclSide {
     nccl::Comm* nc = &ncomm_;
     const int dt = c.dt == Dt::F32 ? nccl::Float32 : c.dt == Dt::F16 ? nccl::Float16 : c.dt == Dt::BF16 ? nccl::Bfloat16
                  : c.dt == Dt::F64 ? nccl::Float64 : c.dt == Dt::I32 ? nccl::Int32 : nccl::Int64;
-    const int op = c.redop == Op::Sum ? nccl::Sum : c.redop == Op::Prod ? nccl::Prod : c.redop == Op::Max ? nccl::Max : nccl::Min;
+    const int op = c.redop == Op::Sum ? nccl::Sum : c.redop == Op::Prod ? nccl::Prod : c.redop == Op::Max ? nccl::Max : c.redop == Op::Min ? nccl::Min : nccl::Avg;
     const size_t es = dt_size(c.dt);
     const int n = comm_.world_size();
     impl.run = [l, nc, dt, op, es, n, send, recv, kind = c.op, root = c.root](size_t cnt, void* st) {

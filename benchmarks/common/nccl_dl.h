@@ -22,7 +22,7 @@ struct UniqueId {
 enum DataType : int { Int8 = 0, Uint8 = 1, Int32 = 2, Uint32 = 3, Int64 = 4, Uint64 = 5, Float16 = 6,
                       Float32 = 7, Float64 = 8, Bfloat16 = 9 };
 // ncclRedOp_t
-enum RedOp : int { Sum = 0, Prod = 1, Max = 2, Min = 3 };
+enum RedOp : int { Sum = 0, Prod = 1, Max = 2, Min = 3, Avg = 4 };
 
 class Library {
  public:

@@ -12,7 +12,7 @@ inline peerlink::DataType to_pl(Dt t) {
 }
 inline peerlink::ReduceOp to_pl(Op o) {
   using R = peerlink::ReduceOp;
-  static const R m[] = {R::Sum, R::Prod, R::Max, R::Min};
+  static const R m[] = {R::Sum, R::Prod, R::Max, R::Min, R::Avg};
   return m[static_cast<int>(o)];
 }
 
