@@ -249,6 +249,12 @@ CollState& coll_state(Communicator& comm) {
   const GridAgreement grid = grid_agreement(all.get(), st->world);
   st->sm_count = grid.sm_count;
   st->grid_cap = grid.cap;
+  // Ranks that share a GPU as threads spin for each other's blocks, which must all be resident. Under
+  // programmatic dependent launch a kernel's successor is scheduled early and holds multiprocessors
+  // too: two ranks on one H200 with 66 bandwidth blocks of 1024 threads each (one per SM) ran into
+  // the device timeout replaying a graph of 16 MB allreduces (session 27 call 3; eager and the
+  // 512-thread grids passed). Such communicators launch without PDL.
+  if (grid.shared) st->pdl = false;
   bool ll128 = st->layout.ll128_cap > 0;
   for (int p = 0; p < st->world; ++p) ll128 = ll128 && all[p].ll128_links == 1;
   // Every rank computes the same from the same records and options.

@@ -85,6 +85,7 @@ GridAgreement grid_agreement(const SetupRecord* all, int world) {
     int sharers = 0;
     for (int q = 0; q < world; ++q) sharers += all[q].process == r.process && all[q].device == r.device ? 1 : 0;
     if (sharers > 1) {
+      g.shared = true;
       const int share = r.sm_count / sharers > 1 ? r.sm_count / sharers : 1;
       if (share < g.cap) g.cap = share;
     }

@@ -63,6 +63,7 @@ SetupRecord parse_setup_record(const void* raw, size_t bytes, int from, const Se
 struct GridAgreement {
   int sm_count = 0;
   int cap = 0;
+  bool shared = false;  // some rank shares its GPU with another rank of its process
 };
 GridAgreement grid_agreement(const SetupRecord* all, int world);
 

@@ -176,7 +176,10 @@ void StreamEngine::assign_blocks(StreamLaunch& L) const {
       next += want[size_t(c)];
     }
   L.nblocks = next;
-  L.pdl = pdl_ ? 1 : 0;
+  // Not between ranks that share the GPU: a successor scheduled early under PDL holds multiprocessors
+  // the other rank's blocks need (the collectives' graph replays timed out that way, session 27
+  // call 3; coll_state.cpp).
+  L.pdl = pdl_ && gpu_sharers_ == 1 ? 1 : 0;
   uint64_t largest = 0;
   bool swap = false;  // an in-place zero-copy send holds two 32 KB units in the registers of kStreamThreads
   for (int c = 0; c < L.nch; ++c)

@@ -109,3 +109,62 @@ TEST(CollThreadsGpu, TwoRanksShareOneGpuPastTheSmallSizes) {
   EXPECT_EQ(err[0], "");
   EXPECT_EQ(err[1], "");
 }
+
+// The same pair, four bandwidth allreduces (16 MB: 1024-thread blocks, one per multiprocessor)
+// captured into a graph per rank and replayed, rank 1 starting 100 ms after rank 0. Under
+// programmatic dependent launch rank 0's first kernel (half the GPU, spinning for rank 1) lets its
+// successor be scheduled at once, which takes the other half: rank 1's blocks find no room until
+// the device timeout. The stand-in bench_allreduce -G 1 ran into that at 16 MB (one H200, session
+// 27 call 3). Ranks that share a GPU launch without PDL (coll_state.cpp).
+TEST(CollThreadsGpu, TwoRanksShareOneGpuGraphReplays) {
+  REQUIRE_GPUS();
+  const int dev = pltest::gpu_test_devices()[0];
+  const std::string uid = pltest::unique_test_id("gthg");
+  const size_t n = size_t(4) << 20;
+  Barrier barrier;
+  std::string err[2];
+  auto rank_fn = [&](int rank) {
+    float *in = nullptr, *out = nullptr;
+    gpu::Stream s = nullptr;
+    gpu::GraphExec g = nullptr;
+    try {
+      gpu::set_device(dev);
+      peerlink::Options o = peerlink::Options::from_env();
+      o.timeout = std::chrono::milliseconds(10000);
+      Communicator comm(uid, rank, 2, dev, o);
+      s = gpu::stream_create();
+      std::vector<float> host(n);
+      for (size_t i = 0; i < n; ++i) host[i] = value(i, rank);
+      in = static_cast<float*>(gpu::device_malloc(n * 4));
+      out = static_cast<float*>(gpu::device_malloc(n * 4));
+      gpu::memcpy_sync(in, host.data(), n * 4);
+      peerlink::allreduce(comm, in, out, 0, DataType::F32, ReduceOp::Sum, s);  // the setup, no kernel
+      barrier.wait();
+      gpu::stream_begin_capture(s);
+      for (int k = 0; k < 4; ++k) peerlink::allreduce(comm, in, out, n, DataType::F32, ReduceOp::Sum, s);
+      g = gpu::stream_end_capture(s);
+      barrier.wait();
+      if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      for (int rep = 0; rep < 3; ++rep) gpu::graph_launch(g, s);
+      gpu::stream_sync(s);
+      peerlink::allreduce_check(comm);
+      barrier.wait();
+      std::vector<float> got(n);
+      gpu::memcpy_sync(got.data(), out, n * 4);
+      for (size_t i = 0; i < n; ++i)
+        MP_CHECK_MSG(got[i] == value(i, 0) + value(i, 1), "allreduce element " << i << " is " << got[i]);
+      barrier.wait();
+    } catch (const std::exception& e) {
+      err[rank] = e.what();
+    }
+    if (g) gpu::graph_destroy(g);
+    for (float* p : {in, out})
+      if (p) gpu::device_free(p);
+    if (s) gpu::stream_destroy(s);
+  };
+  std::thread t(rank_fn, 1);
+  rank_fn(0);
+  t.join();
+  EXPECT_EQ(err[0], "");
+  EXPECT_EQ(err[1], "");
+}

@@ -131,7 +131,8 @@ TEST(CollSetup, EveryCorruptFieldIsInvalidArgumentNamingIt) {
 }
 
 // The grid every rank computes from the records: the smallest multiprocessor count, and the cap: the
-// smallest grid_max, and each GPU's multiprocessors shared among the ranks of one process on it.
+// smallest grid_max, and each GPU's multiprocessors shared among the ranks of one process on it
+// (`shared`: such ranks launch without PDL).
 TEST(CollSetup, GridAgreement) {
   auto rec = [](int sm, int grid_max, uint64_t process, int device) {
     SetupRecord r;
@@ -147,17 +148,20 @@ TEST(CollSetup, GridAgreement) {
     coll::GridAgreement g = coll::grid_agreement(all, 2);
     EXPECT_EQ(g.sm_count, 132);
     EXPECT_EQ(g.cap, full);
+    EXPECT_FALSE(g.shared);
   }
   {  // GPUs of different sizes: the smaller; one rank's max_blocks binds every rank
     SetupRecord all[] = {rec(132, full, 1, 0), rec(114, 24, 2, 0), rec(132, full, 3, 1)};
     coll::GridAgreement g = coll::grid_agreement(all, 3);
     EXPECT_EQ(g.sm_count, 114);
     EXPECT_EQ(g.cap, 24);
+    EXPECT_FALSE(g.shared);  // two processes on GPU 0: time-sliced, not sharing blocks
   }
   {  // two threads of one process on GPU 0 (and one more process on GPU 0: time-sliced, not counted)
     SetupRecord all[] = {rec(132, full, 5, 0), rec(132, full, 5, 0), rec(132, full, 6, 0), rec(132, full, 5, 1)};
     coll::GridAgreement g = coll::grid_agreement(all, 4);
     EXPECT_EQ(g.cap, 66);
+    EXPECT_TRUE(g.shared);  // and so no programmatic dependent launch (coll_state.cpp)
   }
   {  // four threads on one GPU, and the host backend (no multiprocessors, no device)
     SetupRecord gpu[] = {rec(132, full, 5, 3), rec(132, full, 5, 3), rec(132, full, 5, 3), rec(132, full, 5, 3)};
@@ -166,6 +170,7 @@ TEST(CollSetup, GridAgreement) {
     coll::GridAgreement g = coll::grid_agreement(host, 2);
     EXPECT_EQ(g.sm_count, 0);
     EXPECT_EQ(g.cap, full);
+    EXPECT_FALSE(g.shared);
   }
 }
 
