@@ -148,7 +148,10 @@ TEST(AllreduceTypes, NamesAndParsing) {
   EXPECT_STREQ(peerlink::to_string(DataType::F64), "f64");
   EXPECT_STREQ(peerlink::to_string(ReduceOp::Min), "min");
   EXPECT_THROW(peerlink::parse_dtype("f8"), peerlink::InvalidArgument);
-  EXPECT_THROW(peerlink::parse_reduce_op("avg"), peerlink::InvalidArgument);
+  EXPECT_EQ(peerlink::parse_reduce_op("AVG"), ReduceOp::Avg);
+  EXPECT_EQ(peerlink::parse_reduce_op("mean"), ReduceOp::Avg);
+  EXPECT_STREQ(peerlink::to_string(ReduceOp::Avg), "avg");
+  EXPECT_THROW(peerlink::parse_reduce_op("xor"), peerlink::InvalidArgument);
   EXPECT_THROW(peerlink::parse_allreduce_algo("ring"), peerlink::InvalidArgument);
 }
 
