@@ -151,8 +151,9 @@ void p2p_recv(ncclComm* c, int peer, void* buf, size_t bytes, void* stream) {
 }
 
 // Every op but a PreMulSum is the identity on one rank, in any dtype: a copy, nothing in place
-// (int8 / uint8 / fp8 and avg included, which would otherwise go to a real NCCL communicator made
-// for them; NCCL 2.28.9 itself refuses fp8 avg on one rank: invalid argument, session 26 call 2).
+// (int8 / uint8 / fp8 and unsigned max / min / avg included, which would otherwise go to a real NCCL
+// communicator made for them; NCCL 2.28.9 itself refuses fp8 avg on one rank: invalid argument,
+// session 26 call 2).
 bool one_rank_reduction(ncclComm* c, const char* what, ncclRedOp_t op) {
   if (c->route != Route::Peerlink || c->nranks != 1 || op >= ncclNumOps) return false;
   say(c, what, "a copy (one rank)");

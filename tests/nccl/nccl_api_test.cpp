@@ -114,8 +114,8 @@ TEST(NcclApi, OneRankQueriesRegistrationAndErrors) {
   ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
   EXPECT_EQ(t[9], 5);
   // One rank: a reduction with any op but PreMulSum is a copy in every dtype, those peerlink does
-  // not reduce (int8, uint8, fp8, avg) included, so no real NCCL is needed (NCCL 2.28.9 refuses fp8
-  // avg on one rank); nothing in place; nothing past the count.
+  // not reduce (int8, uint8, fp8) included, so no real NCCL is needed (NCCL 2.28.9 refuses fp8 avg on
+  // one rank); nothing in place; nothing past the count.
   std::vector<int8_t> i8(16), o8(17, 0);
   for (int i = 0; i < 16; ++i) i8[i] = static_cast<int8_t>(3 * i - 20);
   ASSERT_EQ(ncclAllReduce(i8.data(), o8.data(), 16, ncclInt8, ncclAvg, c, nullptr), ncclSuccess) << ncclGetLastError(c);

@@ -34,7 +34,9 @@ void check_launch(uint64_t g0, uint64_t run, uint64_t slots) {
   }
   // Every chunk whose slot is not needed before the launch after next is late when the run is at
   // most half the slots (the measured case: small messages hand nothing back mid-launch).
-  if (2 * run <= slots) EXPECT_EQ(defer, g0);
+  if (2 * run <= slots) {
+    EXPECT_EQ(defer, g0);
+  }
 }
 
 }  // namespace
