@@ -1,7 +1,10 @@
 # Rules shared by every backend. Sources are found by directory so that adding a file needs no edit.
 SAN ?=
 OPT ?= -O2 -g
-CXXFLAGS_BASE := -std=c++17 $(OPT) -fPIC -Wall -Wextra -Wno-unused-parameter -Iinclude -Isrc -Itests $(SAN)
+# fmt's headers (src/common/format.h): the system's (scripts/install_deps.sh installs libfmt-dev),
+# else a copy carried in .fmt/include (machines without the package, such as the GPU machine).
+FMT_INC := $(if $(wildcard /usr/include/fmt/core.h /usr/local/include/fmt/core.h),,$(if $(wildcard .fmt/include/fmt/core.h),-I$(abspath .fmt/include)))
+CXXFLAGS_BASE := -std=c++17 $(OPT) -fPIC -Wall -Wextra -Wno-unused-parameter -Iinclude -Isrc -Itests $(FMT_INC) $(SAN)
 CXXFLAGS_ALL = $(CXXFLAGS_BASE) $(BACKEND_CXXFLAGS) $(EXTRA_CXXFLAGS)
 # Tools and benchmarks see the public headers only (issue 11.4): no -Isrc, and they link the .so,
 # which exports nothing else.

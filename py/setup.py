@@ -117,6 +117,8 @@ class BuildExt(build_ext):
         print(f"peerlink: compiling the library sources from {base} into the extension (host-only)")
         ext.sources += host_only_sources(base)
         ext.include_dirs += [str(base / "include"), str(base / "src")]
+        if (ROOT / ".fmt" / "include").is_dir():  # fmt's headers carried where the system has none
+            ext.include_dirs.append(str(ROOT / ".fmt" / "include"))
         ext.define_macros.append(("PEERLINK_HOST_ONLY", None))
         ext.libraries += ["rt", "dl"]
         ext.extra_link_args += ["-pthread"]

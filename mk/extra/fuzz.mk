@@ -20,7 +20,7 @@ FUZZ_LIB_SRCS := $(sort $(foreach d,$(LIB_DIRS) src/config,$(wildcard $(d)/*.cpp
                    $(filter-out src/gpu/runtime_%.cpp,$(wildcard src/gpu/*.cpp)) $(wildcard src/gpu/runtime_none.cpp))
 FUZZ_LIB_OBJS := $(patsubst %.cpp,$(FUZZ_BUILD)/obj/%.o,$(FUZZ_LIB_SRCS))
 FUZZ_LIB := $(FUZZ_BUILD)/lib/libpeerlink_fuzz.a
-FUZZ_CXXFLAGS := -std=c++17 -O1 -g -fno-omit-frame-pointer -Iinclude -Isrc -Itests -DPEERLINK_HOST_ONLY \
+FUZZ_CXXFLAGS := -std=c++17 -O1 -g -fno-omit-frame-pointer -Iinclude -Isrc -Itests $(FMT_INC) -DPEERLINK_HOST_ONLY \
                  -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_RUN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
