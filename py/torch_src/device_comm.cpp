@@ -1,0 +1,68 @@
+#include "device_comm.h"
+
+#include "errors.h"
+#include "peerlink/collectives.h"
+#include "peerlink/device.h"
+
+namespace peerlink::pt {
+
+const c10::impl::VirtualGuardImpl& cuda_impl() {
+  static const c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+  return impl;
+}
+
+DeviceComm::DeviceComm(std::unique_ptr<Communicator> comm, c10::Device device)
+    : comm_(std::move(comm)), device_(device) {
+  if (!is_host()) {
+    internal_ = cuda_impl().getStreamFromGlobalPool(device_, /*isHighPriority=*/false);
+    fork_ = std::make_unique<c10::Event>(c10::DeviceType::CUDA);
+    capture_join_ = std::make_unique<c10::Event>(c10::DeviceType::CUDA);
+  }
+}
+
+DeviceComm::~DeviceComm() = default;
+
+Launch DeviceComm::begin(bool async) {
+  Launch l;
+  l.dc = this;
+  l.async = async;
+  if (is_host()) return l;
+  c10::Stream current = cuda_impl().getStream(device_);
+  c10::Stream s = async ? *internal_ : current;
+  if (async) {  // the internal stream starts where the caller's stream is now
+    fork_->record(current);
+    fork_->block(s);
+  }
+  l.stream = s;
+  l.raw = s.native_handle();
+  l.capturing = device::is_capturing(l.raw);
+  // Inside a capture the library cannot order a launch after one on another stream: join them
+  // here, with an event of the same capture (the previous stream is still capturing then).
+  if (l.capturing && join_valid_ && last_ && *last_ != s && device::is_capturing(last_->native_handle()))
+    capture_join_->block(s);
+  return l;
+}
+
+void DeviceComm::end(const Launch& l) {
+  if (!l.stream) return;
+  if (l.capturing) capture_join_->record(*l.stream);
+  join_valid_ = l.capturing;
+  last_ = l.stream;
+}
+
+void DeviceComm::check_errors(const char* what) {
+  translate_errors(what, [&] {
+    if (coll_used_) peerlink::allreduce_check(*comm_);
+    if (p2p_used_) comm_->check_async_error();
+  });
+}
+
+void DeviceComm::synchronize_streams() {
+  if (is_host()) return;
+  cuda_impl().synchronizeStream(cuda_impl().getStream(device_));
+  cuda_impl().synchronizeStream(*internal_);
+}
+
+void DeviceComm::close() { comm_->close(); }
+
+}  // namespace peerlink::pt

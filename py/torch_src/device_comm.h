@@ -1,0 +1,81 @@
+// One peerlink communicator of a process group: the group's ranks on one device kind (a CUDA
+// device, or the host backend for CPU tensors), and where its calls run.
+//
+// Streams, as ProcessGroupNCCL: a synchronous call runs on the caller's current stream; an
+// asynchronous one on the communicator's internal stream (one from torch's pool), which first waits
+// for the current stream, so it sees everything queued before the call. The library orders its own
+// calls on different streams outside graph capture (an event after each launch); inside a capture
+// events cannot cross the capture's boundary, so this class joins a call on another stream than
+// the previous one with an event recorded in the same capture.
+#pragma once
+#include <c10/core/Device.h>
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "peerlink/communicator.h"
+
+namespace peerlink::pt {
+
+class DeviceComm;
+
+// torch's CUDA runtime behind its device-generic interface: the extension names no CUDA function
+// itself, so it needs no CUDA headers and no libcudart of its own.
+const c10::impl::VirtualGuardImpl& cuda_impl();
+
+// Where one call runs.
+struct Launch {
+  DeviceComm* dc = nullptr;
+  std::optional<c10::Stream> stream;  // CUDA: the stream the call is enqueued on; host: none
+  void* raw = nullptr;                // its native handle (cudaStream_t), nullptr on the host
+  bool async = false;                 // on the internal stream
+  bool capturing = false;             // the stream is being captured into a CUDA graph
+};
+
+class DeviceComm {
+ public:
+  DeviceComm(std::unique_ptr<Communicator> comm, c10::Device device);
+  ~DeviceComm();
+  DeviceComm(const DeviceComm&) = delete;
+  DeviceComm& operator=(const DeviceComm&) = delete;
+
+  Communicator& comm() { return *comm_; }
+  const c10::Device& device() const { return device_; }
+  bool is_host() const { return device_.is_cpu(); }
+  std::mutex& mutex() { return mu_; }  // one call at a time issues on this communicator
+
+  // Picks the stream of a call (current, or the internal one forked off it) and, inside a
+  // capture, orders it after this communicator's previous launch. Caller holds mutex().
+  Launch begin(bool async);
+  // After the call's launches: remembers the stream (and, inside a capture, an event after them).
+  void end(const Launch& l);
+
+  // Marks that collectives / stream point-to-point ran here (so their error state exists).
+  void used_collectives() { coll_used_ = true; }
+  void used_p2p() { p2p_used_ = true; }
+  // Throws the error the device recorded for earlier calls (a bounded wait that ran out, a lost
+  // peer), translated as errors.h says. Reads mapped host words only: legal during a capture.
+  void check_errors(const char* what);
+
+  // Synchronizes the current and internal streams of the device (the host blocks: barrier only).
+  void synchronize_streams();
+  void close();
+
+ private:
+  std::unique_ptr<Communicator> comm_;
+  c10::Device device_;
+  std::mutex mu_;
+  std::optional<c10::Stream> internal_;
+  std::optional<c10::Stream> last_;  // stream of the previous launch
+  std::unique_ptr<c10::Event> fork_;          // the internal stream waits for the current one on it
+  std::unique_ptr<c10::Event> capture_join_;  // recorded after the previous launch inside a capture
+  bool join_valid_ = false;
+  bool coll_used_ = false;
+  bool p2p_used_ = false;
+};
+
+}  // namespace peerlink::pt
