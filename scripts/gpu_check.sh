@@ -3,7 +3,7 @@
 # (two processes on one GPU, and one process per GPU when there are two or more), then whatever
 # GPU steps the other parts provide. Everything goes under $OUT: a summary log plus one tarball
 # (the device tool returns at most 8 files).
-#   STEPS="build pyquick contract quick arvariants arbench lat stream colls topo bench coll py" (default:
+#   STEPS="build pyquick contract quick arvariants arbench lat stream colls topo bench coll py torch" (default:
 #   build contract stream colls vmm topo bench coll py); steps run in that order. DEADLINE=S skips steps after S seconds.
 set -u
 OUT=${OUT:-/tmp/peerlink-gpu-out}
@@ -120,6 +120,17 @@ if has bench && [ -f scripts/gpu_bench.sh ]; then BUILD=$BUILD SKIP_BUILD=1 run_
 if has coll && [ -f scripts/gpu_collectives.sh ]; then BUILD=$BUILD run_step coll 420 bash scripts/gpu_collectives.sh "$R/coll" "$BUILD"; fi
 if has nccl && [ -f scripts/gpu_nccl.sh ]; then run_step nccl 400 bash scripts/gpu_nccl.sh "$R/nccl" "$BUILD"; fi  # libnccl.so.2 under torch (STEPS+=nccl)
 if has py && [ -f scripts/gpu_python.sh ]; then run_step py 420 bash scripts/gpu_python.sh "$R/py"; fi
+if has torch; then  # peerlink.torch: c10d backend + torch.ops.peerlink, 2 ranks sharing GPU 0; 8 B all_reduce vs the shim
+  WHL=$(python3 -c "import importlib.util as u; s = u.find_spec('nvidia.nccl'); print(list(s.submodule_search_locations)[0] if s else '')")
+  run_step torch_build 400 make BACKEND=cuda BUILD=$BUILD -j16 "${GT[@]}" lib nccl ${WHL:+NCCL_HOME=$WHL}
+  run_step torch_install 400 env PEERLINK_BACKEND=cuda PEERLINK_BUILD_DIR=$PWD/$BUILD PEERLINK_MAKE_JOBS=16 \
+    python3 -m pip install --no-build-isolation ./py
+  run_step torch_import 60 bash -c "cd /tmp && python3 -c 'import torch, peerlink, peerlink.torch as pt; print(torch.__version__, peerlink.runtime(), pt._C.torch_version, torch.ops.peerlink.all_reduce)'"
+  run_step torch_tests 420 python3 -m pytest py/tests/test_torch_gpu.py py/tests/test_torch_cpu.py py/tests/test_torch_import.py \
+    -v -rs -p no:cacheprovider --durations=15
+  run_step torch_bench 180 python3 benchmarks/bench_torch_allreduce.py --shim "$PWD/$BUILD/lib/libnccl.so.2" \
+    ${WHL:+--nccl "$WHL/lib/libnccl.so.2"}
+fi
 ls /dev/shm | grep '^pl_' > "$R/shm_left.txt" && { note "LEAK: $(cat $R/shm_left.txt | head)"; status=1; }
 tar -czf "$OUT/results.tgz" -C "$OUT" r
 rm -rf "$R"

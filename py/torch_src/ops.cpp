@@ -4,6 +4,7 @@
 // the group's backend for the tensors' device must be peerlink. Every op runs synchronously on the
 // current stream, like a sync c10d call, and allocates its outputs there.
 #include <ATen/ATen.h>
+#include <ATen/FunctionalTensorWrapper.h>
 #include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
 #include <torch/library.h>
 
@@ -37,19 +38,19 @@ std::vector<int64_t> dim0_scaled(const at::Tensor& t, int64_t mul, int64_t div, 
   return s;
 }
 
-at::Tensor all_reduce(const at::Tensor& input, std::string op, std::string group_name) {
+at::Tensor all_reduce(const at::Tensor& input, c10::string_view op, c10::string_view group_name) {
   check_tensor(input, "all_reduce");
-  auto pg = backend_of(group_name, input.device(), "all_reduce");
-  ReducePlan p = plan_reduction(input.scalar_type(), op, "all_reduce");
+  auto pg = backend_of(std::string(group_name), input.device(), "all_reduce");
+  ReducePlan p = plan_reduction(input.scalar_type(), std::string(op), "all_reduce");
   at::Tensor out = at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
   pg->run_sync("all_reduce", input.device(), [&](const Launch& l) { allreduce_into(l, input.contiguous(), out, p); });
   return out;
 }
 
-at::Tensor& all_reduce_(at::Tensor& input, std::string op, std::string group_name) {
+at::Tensor& all_reduce_(at::Tensor& input, c10::string_view op, c10::string_view group_name) {
   check_tensor(input, "all_reduce_");
-  auto pg = backend_of(group_name, input.device(), "all_reduce_");
-  ReducePlan p = plan_reduction(input.scalar_type(), op, "all_reduce_");
+  auto pg = backend_of(std::string(group_name), input.device(), "all_reduce_");
+  ReducePlan p = plan_reduction(input.scalar_type(), std::string(op), "all_reduce_");
   pg->run_sync("all_reduce_", input.device(), [&](const Launch& l) {
     Writable w(input);
     allreduce_into(l, w.c, w.c, p);
@@ -58,20 +59,20 @@ at::Tensor& all_reduce_(at::Tensor& input, std::string op, std::string group_nam
   return input;
 }
 
-at::Tensor all_gather_into_tensor(const at::Tensor& input, int64_t group_size, std::string group_name) {
+at::Tensor all_gather_into_tensor(const at::Tensor& input, int64_t group_size, c10::string_view group_name) {
   check_tensor(input, "all_gather_into_tensor");
-  auto pg = backend_of(group_name, input.device(), "all_gather_into_tensor");
+  auto pg = backend_of(std::string(group_name), input.device(), "all_gather_into_tensor");
   check_group_size(*pg, group_size, "all_gather_into_tensor");
   at::Tensor out = at::empty(dim0_scaled(input, group_size, 1, "all_gather_into_tensor"), input.options());
   pg->run_sync("all_gather_into_tensor", input.device(), [&](const Launch& l) { all_gather_into(l, input.contiguous(), out); });
   return out;
 }
 
-at::Tensor reduce_scatter_tensor(const at::Tensor& input, std::string op, int64_t group_size, std::string group_name) {
+at::Tensor reduce_scatter_tensor(const at::Tensor& input, c10::string_view op, int64_t group_size, c10::string_view group_name) {
   check_tensor(input, "reduce_scatter_tensor");
-  auto pg = backend_of(group_name, input.device(), "reduce_scatter_tensor");
+  auto pg = backend_of(std::string(group_name), input.device(), "reduce_scatter_tensor");
   check_group_size(*pg, group_size, "reduce_scatter_tensor");
-  ReducePlan p = plan_reduction(input.scalar_type(), op, "reduce_scatter_tensor");
+  ReducePlan p = plan_reduction(input.scalar_type(), std::string(op), "reduce_scatter_tensor");
   at::Tensor out = at::empty(dim0_scaled(input, 1, group_size, "reduce_scatter_tensor"), input.options());
   pg->run_sync("reduce_scatter_tensor", input.device(),
                [&](const Launch& l) { reduce_scatter_into(l, input.contiguous(), out, p); });
@@ -79,9 +80,9 @@ at::Tensor reduce_scatter_tensor(const at::Tensor& input, std::string op, int64_
 }
 
 at::Tensor all_to_all_single(const at::Tensor& input, c10::SymIntArrayRef output_split_sizes,
-                             c10::SymIntArrayRef input_split_sizes, std::string group_name) {
+                             c10::SymIntArrayRef input_split_sizes, c10::string_view group_name) {
   check_tensor(input, "all_to_all_single");
-  auto pg = backend_of(group_name, input.device(), "all_to_all_single");
+  auto pg = backend_of(std::string(group_name), input.device(), "all_to_all_single");
   std::vector<int64_t> out_splits, in_splits;
   for (const c10::SymInt& s : output_split_sizes) out_splits.push_back(s.expect_int());
   for (const c10::SymInt& s : input_split_sizes) in_splits.push_back(s.expect_int());
@@ -94,6 +95,32 @@ at::Tensor all_to_all_single(const at::Tensor& input, c10::SymIntArrayRef output
   pg->run_sync("all_to_all_single", input.device(),
                [&](const Launch& l) { all_to_all_into(l, input.contiguous(), out, out_splits, in_splits); });
   return out;
+}
+
+// all_reduce_ returns its (mutated) input: torch's functionalization cannot handle such a custom op
+// by itself (AOTAutograd, torch.compile), so it gets this kernel: the functional all_reduce on the
+// unwrapped value, whose result then replaces the input, as functionalization does for aten's
+// in-place ops.
+at::Tensor& all_reduce__functionalize(at::Tensor& input, c10::string_view op, c10::string_view group_name) {
+  static auto functional = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("peerlink::all_reduce", "")
+                               .typed<at::Tensor(const at::Tensor&, c10::string_view, c10::string_view)>();
+  namespace fz = at::functionalization::impl;
+  if (!fz::isFunctionalTensor(input)) {
+    at::AutoDispatchSkipFunctionalize guard;
+    return all_reduce_(input, op, group_name);
+  }
+  fz::sync(input);
+  at::Tensor value = fz::from_functional_tensor(input);
+  at::Tensor out;
+  {
+    at::AutoDispatchSkipFunctionalize guard;
+    out = functional.call(value, op, group_name);
+  }
+  fz::replace_(input, out);
+  fz::commit_update(input);
+  fz::sync(input);
+  return input;
 }
 
 }  // namespace
@@ -122,3 +149,5 @@ TORCH_LIBRARY(peerlink, m) {
   }
 PEERLINK_OPS_IMPL(CUDA)
 PEERLINK_OPS_IMPL(CPU)
+
+TORCH_LIBRARY_IMPL(peerlink, Functionalize, m) { m.impl("all_reduce_", &peerlink::pt::all_reduce__functionalize); }

@@ -18,12 +18,12 @@ namespace peerlink::pt {
 
 namespace {
 
-std::string random_unique_id() {
+std::string random_unique_id(const std::string& prefix) {
   std::random_device rd;
   uint64_t v = (uint64_t(rd()) << 32) ^ rd() ^ (uint64_t(::getpid()) << 16);
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "pt-%016llx", static_cast<unsigned long long>(v));
-  return buf;
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "-%016llx", static_cast<unsigned long long>(v));
+  return prefix + buf;
 }
 
 }  // namespace
@@ -52,7 +52,7 @@ std::unique_ptr<Communicator> ProcessGroupPeerlink::make_communicator(const at::
   const std::string key = prefix_ + (device.is_cpu() ? "uid/host" : "uid/cuda");
   std::string uid;
   if (getRank() == 0) {
-    uid = random_unique_id();
+    uid = random_unique_id(cfg_.uid_prefix);
     store_->set(key, uid);
   } else {
     uid = store_->get_to_str(key);

@@ -29,6 +29,7 @@ class ProcessGroupPeerlink : public c10d::Backend {
   struct Config {
     std::string group_name;
     std::string host_id;                          // this process's host identity (node_map.h)
+    std::string uid_prefix = "pt";                // start of the communicators' unique ids (SHM names)
     std::chrono::milliseconds timeout{60000};     // Options::timeout of the group's communicators
   };
   // Collective over the group (exchanges host identities through the store).

@@ -44,8 +44,11 @@ def _create(opts, backend_options=None):
         raise ValueError(f"peerlink takes no backend options (got {type(backend_options).__name__})")
     from . import _C
 
+    # Test hook: the unique ids (and so the SHM segments) of a test run carry its tag, which the
+    # leak check (scripts/check_shm_clean.sh) looks for.
+    prefix = os.environ.get("PEERLINK_TEST_RUN") or "pt"
     return _C.ProcessGroupPeerlink(opts.store, opts.group_rank, opts.group_size, str(opts.group_id), host_id(),
-                                   _timeout_ms(opts.timeout))
+                                   _timeout_ms(opts.timeout), prefix)
 
 
 def register_backend() -> None:
