@@ -16,6 +16,7 @@ DeviceComm::DeviceComm(std::unique_ptr<Communicator> comm, c10::Device device)
   if (!is_host()) {
     internal_ = cuda_impl().getStreamFromGlobalPool(device_, /*isHighPriority=*/false);
     fork_ = std::make_unique<c10::Event>(c10::DeviceType::CUDA);
+    join_ = std::make_unique<c10::Event>(c10::DeviceType::CUDA);
     capture_join_ = std::make_unique<c10::Event>(c10::DeviceType::CUDA);
   }
 }
@@ -36,17 +37,30 @@ Launch DeviceComm::begin(bool async) {
   l.stream = s;
   l.raw = s.native_handle();
   l.capturing = device::is_capturing(l.raw);
-  // Inside a capture the library cannot order a launch after one on another stream: join them
-  // here, with an event of the same capture (the previous stream is still capturing then).
-  if (l.capturing && join_valid_ && last_ && *last_ != s && device::is_capturing(last_->native_handle()))
-    capture_join_->block(s);
+  if (last_ && *last_ != s) order_after_last(s, l.capturing, async && *last_ == current);
   return l;
+}
+
+void DeviceComm::order_after_last(const c10::Stream& s, bool capturing, bool forked_after_last) {
+  const bool last_capturing = device::is_capturing(last_->native_handle());
+  if (capturing) {
+    // The event recorded after the previous launch of this capture (end()): the previous stream
+    // still captures, so it is the same capture.
+    if (last_in_capture_ && last_capturing) capture_join_->block(s);
+    return;
+  }
+  // A captured launch runs at each replay, not now; the fork already follows the previous stream.
+  if (last_in_capture_ || last_capturing || forked_after_last) return;
+  // Recorded now, the event follows the previous launch and whatever was queued on its stream
+  // since; that work cannot wait for anything this stream will run later, so this adds no cycle.
+  join_->record(*last_);
+  join_->block(s);
 }
 
 void DeviceComm::end(const Launch& l) {
   if (!l.stream) return;
   if (l.capturing) capture_join_->record(*l.stream);
-  join_valid_ = l.capturing;
+  last_in_capture_ = l.capturing;
   last_ = l.stream;
 }
 

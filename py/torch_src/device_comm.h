@@ -3,10 +3,12 @@
 //
 // Streams, as ProcessGroupNCCL: a synchronous call runs on the caller's current stream; an
 // asynchronous one on the communicator's internal stream (one from torch's pool), which first waits
-// for the current stream, so it sees everything queued before the call. The library orders its own
-// calls on different streams outside graph capture (an event after each launch); inside a capture
-// events cannot cross the capture's boundary, so this class joins a call on another stream than
-// the previous one with an event recorded in the same capture.
+// for the current stream, so it sees everything queued before the call. Calls of one communicator
+// must run on the device in the order they were issued (stream send/recv channels read their
+// counters when the kernel starts, stream_p2p.h), so a call on another stream than the previous
+// call waits for it: with an event recorded after the previous call inside a capture (events
+// cannot cross a capture's boundary), or, outside one, recorded on the previous stream when the
+// stream changes (nothing is recorded while calls stay on one stream).
 #pragma once
 #include <c10/core/Device.h>
 #include <c10/core/Event.h>
@@ -48,8 +50,8 @@ class DeviceComm {
   bool is_host() const { return device_.is_cpu(); }
   std::mutex& mutex() { return mu_; }  // one call at a time issues on this communicator
 
-  // Picks the stream of a call (current, or the internal one forked off it) and, inside a
-  // capture, orders it after this communicator's previous launch. Caller holds mutex().
+  // Picks the stream of a call (current, or the internal one forked off it) and orders it after
+  // this communicator's previous launch. Caller holds mutex().
   Launch begin(bool async);
   // After the call's launches: remembers the stream (and, inside a capture, an event after them).
   void end(const Launch& l);
@@ -71,9 +73,12 @@ class DeviceComm {
   std::mutex mu_;
   std::optional<c10::Stream> internal_;
   std::optional<c10::Stream> last_;  // stream of the previous launch
+  void order_after_last(const c10::Stream& s, bool capturing, bool forked_after_last);
+
   std::unique_ptr<c10::Event> fork_;          // the internal stream waits for the current one on it
+  std::unique_ptr<c10::Event> join_;          // outside a capture: a stream switch waits on it
   std::unique_ptr<c10::Event> capture_join_;  // recorded after the previous launch inside a capture
-  bool join_valid_ = false;
+  bool last_in_capture_ = false;              // the previous launch was captured
   bool coll_used_ = false;
   bool p2p_used_ = false;
 };
