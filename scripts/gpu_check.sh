@@ -3,7 +3,7 @@
 # (two processes on one GPU, and one process per GPU when there are two or more), then whatever
 # GPU steps the other parts provide. Everything goes under $OUT: a summary log plus one tarball
 # (the device tool returns at most 8 files).
-#   STEPS="build pyquick contract quick arvariants arbench lat stream colls topo bench coll py torch" (default:
+#   STEPS="build pyquick contract quick arvariants arbench lat stream colls fused topo bench coll py torch" (default:
 #   build contract stream colls vmm topo bench coll py); steps run in that order. DEADLINE=S skips steps after S seconds.
 set -u
 OUT=${OUT:-/tmp/peerlink-gpu-out}
@@ -105,6 +105,20 @@ if has colls; then  # the other collectives: GPU tests (2 ranks; 4 ranks on 2 GP
   for op in ${COLL_OPS:-all_gather reduce_scatter broadcast reduce alltoall}; do
     run_step colls_$op 90 $BUILD/bin/bench_collectives --op $op --gpus 0,1 -b 8 -e 256M -f 4 -n 20 -w 5 -d bfloat16 -G 1
   done
+fi
+if has fused; then  # allreduce + residual add + RMSNorm (+ FP8): GPU tests (2 processes on GPU 0; threads), bench vs unfused
+  has build || run_step fused_build 900 make BACKEND=cuda BUILD=$BUILD -j16 "${GT[@]}" lib tests benchmarks
+  run_step fused_unit 60 $T --gtest_filter='FusedPlan.*:FusedMath.*:FusedHost.OneRank'
+  PEERLINK_TEST_GPUS=2 PEERLINK_TEST_DEVICES=0,0 run_step fused_gtest 600 $T --gtest_filter='FusedGpu.*'
+  PEERLINK_TEST_GPUS=2 PEERLINK_TEST_DEVICES=0 CUDA_MODULE_LOADING=EAGER run_step fused_gtest_threads 300 $T \
+    --gtest_filter='FusedThreadsGpu.*'
+  [ "$NGPU" -ge 2 ] && PEERLINK_TEST_GPUS=2 PEERLINK_TEST_DEVICES=0,1 run_step fused_gtest_2gpu 300 $T --gtest_filter='FusedGpu.*'
+  # fused vs allreduce + add_rmsnorm, bf16, tokens 1-512, hidden 4096 and 8192, each in one CUDA graph
+  CUDA_MODULE_LOADING=EAGER run_step fused_bench 300 $BUILD/bin/bench_fused --threads --gpus 0,0 -n 50 -w 10 -G 1
+  [ "$NGPU" -ge 2 ] && run_step fused_bench_2gpu 300 $BUILD/bin/bench_fused --gpus 0,1 -n 50 -w 10 -G 1
+  if [ "${FUSED_TORCH:-1}" = 1 ] && python3 -c 'import torch, peerlink' 2>/dev/null; then  # the installed package (pyquick)
+    CUDA_MODULE_LOADING=EAGER run_step fused_bench_torch 300 python3 benchmarks/bench_fused_torch.py
+  fi
 fi
 if has vmm; then  # memory exported by descriptor (issue 15): capture, two communicators, first-use cost
   D=0,1; [ "$NGPU" -ge 2 ] || D=0,0
