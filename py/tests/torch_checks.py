@@ -472,6 +472,88 @@ def check_functional_collectives(c):
         same(compiled(x), fn(x), f"aot_eager {fn.__name__}")
 
 
+
+def fused_reference(xs, residual, weight, eps, weight_bias):
+    """peerlink/fused.h's semantics: f32 sum in rank order, one rounding per output, the norm over
+    the rounded residual."""
+    dtype = residual.dtype
+    s = xs[0].float()
+    for x in xs[1:]:
+        s = s + x.float()
+    res_out = (s + residual.float()).to(dtype)
+    r = res_out.float()
+    inv = torch.rsqrt(r.square().mean(-1, keepdim=True) + eps)
+    return (r * inv * (weight_bias + weight.float())).to(dtype), res_out
+
+
+def close_ulp(got, want, what):
+    """Within one unit in the last place of the dtype (the norm's documented bound)."""
+    rtol = {torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10, torch.float32: 2.0 ** -21}[want.dtype]
+    g, w = got.detach().cpu().float(), want.float()
+    bad = ((g - w).abs() > rtol * w.abs() + 1e-6).nonzero()
+    assert bad.numel() == 0, f"{what}: {bad.shape[0]} elements off by more than an ulp, first {bad[0].tolist()}: " \
+                             f"{g[tuple(bad[0])].item()} vs {w[tuple(bad[0])].item()}"
+
+
+@check
+def check_fused(c):
+    """torch.ops.peerlink's fused allreduce + residual add + RMSNorm (+ FP8): the in-place, functional
+    and FP8 forms against the reference, opcheck on each, and traced by torch.compile."""
+    ops = torch.ops.peerlink
+    name = c.group_name
+    eps = 1e-6
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        for tokens, hidden, wb in ((1, 64, 0.0), (7, 1024, 1.0), (128, 512, 0.0)):
+            xs = [(values(tokens * hidden, torch.float32, r, salt=1) * 0.125).to(dtype).reshape(tokens, hidden)
+                  for r in range(c.world)]
+            residual = (values(tokens * hidden, torch.float32, 0, salt=2) * 0.25).to(dtype).reshape(tokens, hidden)
+            weight = (values(hidden, torch.float32, 0, salt=3) * 0.0625 + (0.0 if wb else 1.0)).to(dtype)
+            want_norm, want_res = fused_reference(xs, residual, weight, eps, wb)
+            what = f"{dtype} {tokens}x{hidden} weight_bias={wb}"
+            a, r = on(c, xs[c.rank]), on(c, residual)
+            ops.fused_allreduce_add_rms_norm(a, r, on(c, weight), eps, name, wb)
+            same(r, want_res, f"fused in place residual {what}")
+            close_ulp(a, want_norm, f"fused in place norm {what}")
+            x = on(c, xs[c.rank])
+            n2, r2 = ops.fused_allreduce_add_rms_norm_functional(x, on(c, residual), on(c, weight), eps, name, wb)
+            same(x, xs[c.rank], f"fused functional leaves its input {what}")
+            same(r2, want_res, f"fused functional residual {what}")
+            same(n2, a.cpu(), f"fused functional norm = in place norm {what}")
+            norms = [None] * c.world
+            dist.all_gather_object(norms, n2.cpu(), group=c.ref)
+            for q in range(c.world):
+                same(norms[q], n2.cpu(), f"fused norm bitwise equal on rank {q} {what}")
+            q8 = on(c, torch.zeros(tokens, hidden, dtype=torch.float8_e4m3fn))
+            r3 = on(c, residual)
+            scale = on(c, torch.tensor([0.5]))
+            ops.fused_allreduce_add_rms_norm_fp8(q8, on(c, xs[c.rank]), r3, on(c, weight), scale, eps, name, wb)
+            same(r3, want_res, f"fused fp8 residual {what}")
+            same(q8, (n2.cpu().float() / 0.5).to(torch.float8_e4m3fn), f"fused fp8 quantized norm {what}")
+    t, h = 4, 64
+    x = on(c, values(t * h, torch.bfloat16, c.rank).reshape(t, h) * 0.125)
+    res = on(c, values(t * h, torch.bfloat16, 0, salt=2).reshape(t, h))
+    w = on(c, torch.ones(h, dtype=torch.bfloat16))
+    samples = [
+        (ops.fused_allreduce_add_rms_norm.default, (x.clone(), res.clone(), w, eps, name, 0.0)),
+        (ops.fused_allreduce_add_rms_norm_functional.default, (x, res, w, eps, name, 1.0)),
+        # out as uint8 (the op takes either): opcheck's schema test does arithmetic that fp8 lacks on CPU
+        (ops.fused_allreduce_add_rms_norm_fp8.default, (on(c, torch.zeros(t, h, dtype=torch.uint8)), x,
+                                                        res.clone(), w, on(c, torch.tensor([2.0])), eps, name, 0.0)),
+    ]
+    for op, args in samples:
+        torch.library.opcheck(op, args)
+
+    def layer(inp, resid):  # vLLM's in-place shape inside a compiled function
+        inp = inp * 2
+        ops.fused_allreduce_add_rms_norm(inp, resid, w, eps, name, 0.0)
+        return inp + 1, resid
+
+    want = layer(x.clone(), res.clone())
+    got = torch.compile(layer, backend="aot_eager", fullgraph=True)(x.clone(), res.clone())
+    same(got[0], want[0].cpu(), "compiled fused norm")
+    same(got[1], want[1].cpu(), "compiled fused residual")
+
+
 # ---- checks that need the default group to be peerlink (DTensor and FSDP2 use the default group)
 
 
@@ -569,6 +651,8 @@ def check_cuda_graph(c):
     inputs."""
     name, w, n = c.group_name, c.world, 4096
     static_in = on(c, torch.zeros(n))
+    resid = on(c, values(n, torch.float32, 0, salt=7).reshape(8, 512))
+    weight = on(c, torch.ones(512))
 
     def body():
         a = static_in * 2
@@ -579,7 +663,9 @@ def check_cuda_graph(c):
         dist.all_gather_into_tensor(g, static_in[:128], group=c.pg, async_op=True).wait()
         o1 = torch.ops.peerlink.all_reduce(static_in * 3, "sum", name)
         o2 = torch.ops.peerlink.reduce_scatter_tensor(static_in, "sum", w, name)
-        return a, b, g, o1, o2
+        fn, fr = torch.ops.peerlink.fused_allreduce_add_rms_norm_functional(static_in.view(8, 512), resid, weight,
+                                                                            1e-6, name, 0.0)
+        return a, b, g, o1, o2, fn, fr
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -594,7 +680,10 @@ def check_cuda_graph(c):
         xs = [values(n, torch.float32, r, salt=replay) for r in range(w)]
         static_in.copy_(on(c, xs[c.rank]))
         graph.replay()
-        a, b, g, o1, o2 = (t.cpu() for t in outs)
+        a, b, g, o1, o2, fn, fr = (t.cpu() for t in outs)
+        want_norm, want_res = fused_reference([x.view(8, 512) for x in xs], resid.cpu(), weight.cpu(), 1e-6, 0.0)
+        same(fr, want_res, f"graph fused residual replay {replay}")
+        close_ulp(fn, want_norm, f"graph fused norm replay {replay}")
         same(a, exact_reduce([x * 2 for x in xs], ReduceOp.SUM, torch.float32), f"graph sync all_reduce replay {replay}")
         same(b, exact_reduce([x + 1 for x in xs], ReduceOp.MAX, torch.float32), f"graph async all_reduce replay {replay}")
         same(g, torch.cat([x[:128] for x in xs]), f"graph all_gather replay {replay}")

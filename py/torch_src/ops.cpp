@@ -135,6 +135,7 @@ TORCH_LIBRARY(peerlink, m) {
   m.def("reduce_scatter_tensor(Tensor input, str op, int group_size, str group_name) -> Tensor");
   m.def("all_to_all_single(Tensor input, SymInt[] output_split_sizes, SymInt[] input_split_sizes, str group_name) "
         "-> Tensor");
+  peerlink::pt::define_fused_ops(m);
 }
 
 // One kernel for both devices: the group's backend for the device decides (CPU tensors run on
@@ -146,6 +147,7 @@ TORCH_LIBRARY(peerlink, m) {
     m.impl("all_gather_into_tensor", &peerlink::pt::all_gather_into_tensor);          \
     m.impl("reduce_scatter_tensor", &peerlink::pt::reduce_scatter_tensor);            \
     m.impl("all_to_all_single", &peerlink::pt::all_to_all_single);                    \
+    peerlink::pt::impl_fused_ops(m);                                                  \
   }
 PEERLINK_OPS_IMPL(CUDA)
 PEERLINK_OPS_IMPL(CPU)

@@ -1,4 +1,4 @@
-// torch.ops.peerlink: the group lookup.
+// torch.ops.peerlink: the group lookup and the fused ops' registration (fused_ops.cpp).
 #pragma once
 #include <torch/library.h>
 
@@ -12,5 +12,8 @@ namespace peerlink::pt {
 // that group runs such tensors on another backend.
 c10::intrusive_ptr<ProcessGroupPeerlink> backend_of(const std::string& group_name, const at::Device& device,
                                                     const char* what);
+
+void define_fused_ops(torch::Library& m);
+void impl_fused_ops(torch::Library& m);
 
 }  // namespace peerlink::pt

@@ -36,3 +36,18 @@ def _all_to_all_single(input, output_split_sizes, input_split_sizes, group_name)
     if output_split_sizes:
         shape[0] = sum(output_split_sizes)
     return input.new_empty(shape)
+
+
+@torch.library.register_fake("peerlink::fused_allreduce_add_rms_norm")
+def _fused_allreduce_add_rms_norm(input, residual, weight, eps, group_name, weight_bias=0.0):
+    return None
+
+
+@torch.library.register_fake("peerlink::fused_allreduce_add_rms_norm_functional")
+def _fused_allreduce_add_rms_norm_functional(input, residual, weight, eps, group_name, weight_bias=0.0):
+    return input.new_empty(input.shape), residual.new_empty(residual.shape)
+
+
+@torch.library.register_fake("peerlink::fused_allreduce_add_rms_norm_fp8")
+def _fused_allreduce_add_rms_norm_fp8(out, input, residual, weight, scale, eps, group_name, weight_bias=0.0):
+    return None
