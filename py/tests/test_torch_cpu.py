@@ -4,7 +4,9 @@ collectives, DTensor, FSDP2, re-initialization, failures, and groups spanning no
 torch or peerlink's torch extension is missing (CI has no torch)."""
 import pytest
 
-import torch_checks
+pytest.importorskip("torch", reason="torch is not installed")
+
+import torch_checks  # noqa: E402
 from torch_job import run_checks, run_failure, run_nodes, run_reinit, torch_available
 
 _reason = torch_available()

@@ -9,7 +9,9 @@ scripts/gpu_check.sh STEPS=torch runs this file.
 """
 import pytest
 
-import torch_checks
+pytest.importorskip("torch", reason="torch is not installed")
+
+import torch_checks  # noqa: E402
 from torch_job import cuda_available, run_checks, run_failure, run_reinit
 
 _reason = cuda_available()

@@ -8,6 +8,7 @@ group before the next one starts.
 """
 from __future__ import annotations
 
+import datetime
 import os
 import tempfile
 import time
@@ -168,10 +169,11 @@ def _failure_job(ctx, spec):
     if device.type == "cuda":
         torch.cuda.synchronize()
     dist.barrier(device_ids=[device.index]) if device.type == "cuda" else dist.barrier()
+    store = dist.distributed_c10d._get_default_store()
     if ctx.rank == 1:
         if spec["case"] == "killed":
             os.kill(os.getpid(), signal.SIGKILL)
-        time.sleep(spec["timeout_ms"] / 1000.0 * 3 + 5)
+        store.wait(["failure_seen"], datetime.timedelta(seconds=60))  # idle until rank 0 saw the error
         return None
     t0 = time.monotonic()
     try:
@@ -182,6 +184,8 @@ def _failure_job(ctx, spec):
         dist.all_reduce(x)
     except dist.DistBackendError as e:
         return time.monotonic() - t0, str(e)
+    finally:
+        store.set("failure_seen", "1")
     raise AssertionError(f"no error {time.monotonic() - t0:.1f} s after rank 1 stopped")
 
 

@@ -167,7 +167,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupPeerlink::recv(std::vector<at::Tensor
 
 void ProcessGroupPeerlink::startCoalescing() {
   std::lock_guard<std::mutex> g(mu_);
-  TORCH_CHECK_VALUE(!coalescing_, "peerlink: startCoalescing inside a coalescing block");
+  // A block left by an exception (its endCoalescing never came) is dropped: its sends and
+  // receives were never issued.
   coalescing_ = true;
   coalesced_.clear();
   pending_p2p_.clear();
