@@ -25,12 +25,12 @@ DEFAULT_CHECKS = list(torch_checks.DEFAULT_GROUP) + ["compile_tp_mlp", "broadcas
 
 @pytest.fixture(scope="module")
 def subgroup_results():
-    return run_checks(SUBGROUP_CHECKS, "cuda:nccl,cpu:gloo", device=DEVICE, subgroup=True, timeout=420)
+    return run_checks(SUBGROUP_CHECKS, "cuda:nccl,cpu:gloo", device=DEVICE, subgroup=True, timeout=240)
 
 
 @pytest.fixture(scope="module")
 def default_results():
-    return run_checks(DEFAULT_CHECKS, "cuda:peerlink,cpu:gloo", device=DEVICE, timeout=300)
+    return run_checks(DEFAULT_CHECKS, "cuda:peerlink,cpu:gloo", device=DEVICE, timeout=240)
 
 
 def _report(results, name):

@@ -174,6 +174,7 @@ def _failure_job(ctx, spec):
         if spec["case"] == "killed":
             os.kill(os.getpid(), signal.SIGKILL)
         store.wait(["failure_seen"], datetime.timedelta(seconds=60))  # idle until rank 0 saw the error
+        dist.destroy_process_group()
         return None
     t0 = time.monotonic()
     try:
@@ -186,6 +187,7 @@ def _failure_job(ctx, spec):
         return time.monotonic() - t0, str(e)
     finally:
         store.set("failure_seen", "1")
+        dist.destroy_process_group()  # closes the broken communicators (nothing left in /dev/shm)
     raise AssertionError(f"no error {time.monotonic() - t0:.1f} s after rank 1 stopped")
 
 
