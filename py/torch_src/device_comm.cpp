@@ -21,7 +21,12 @@ DeviceComm::DeviceComm(std::unique_ptr<Communicator> comm, c10::Device device)
   }
 }
 
-DeviceComm::~DeviceComm() = default;
+DeviceComm::~DeviceComm() {
+  try {
+    close(/*drain=*/true);
+  } catch (const std::exception&) {  // the communicator's destructor still releases everything
+  }
+}
 
 Launch DeviceComm::begin(bool async) {
   Launch l;
@@ -77,6 +82,17 @@ void DeviceComm::synchronize_streams() {
   cuda_impl().synchronizeStream(*internal_);
 }
 
-void DeviceComm::close() { comm_->close(); }
+void DeviceComm::close(bool drain) {
+  if (closed_) return;
+  closed_ = true;
+  // Not while the stream is being captured (a synchronization would invalidate the capture).
+  if (drain && !is_host() && !device::is_capturing(cuda_impl().getStream(device_).native_handle())) {
+    try {
+      synchronize_streams();
+    } catch (const std::exception&) {  // a failed device (or one torch already tore down): close anyway
+    }
+  }
+  comm_->close();
+}
 
 }  // namespace peerlink::pt

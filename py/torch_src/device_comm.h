@@ -63,9 +63,11 @@ class DeviceComm {
   // peer), translated as errors.h says. Reads mapped host words only: legal during a capture.
   void check_errors(const char* what);
 
-  // Synchronizes the current and internal streams of the device (the host blocks: barrier only).
+  // Synchronizes the current and internal streams of the device (the host blocks: barrier and close).
   void synchronize_streams();
-  void close();
+  // Closes the communicator (every later call of it fails). drain: first waits for the calls
+  // already queued on the device (they use its memory); abort does not.
+  void close(bool drain);
 
  private:
   std::unique_ptr<Communicator> comm_;
@@ -79,6 +81,7 @@ class DeviceComm {
   std::unique_ptr<c10::Event> join_;          // outside a capture: a stream switch waits on it
   std::unique_ptr<c10::Event> capture_join_;  // recorded after the previous launch inside a capture
   bool last_in_capture_ = false;              // the previous launch was captured
+  bool closed_ = false;
   bool coll_used_ = false;
   bool p2p_used_ = false;
 };

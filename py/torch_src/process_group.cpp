@@ -228,16 +228,18 @@ void ProcessGroupPeerlink::setTimeout(std::chrono::milliseconds timeout) {
 
 void ProcessGroupPeerlink::eagerConnectSingleDevice(at::Device device) { comm_for(device, "connect"); }
 
-void ProcessGroupPeerlink::shutdown() {
+void ProcessGroupPeerlink::close_all(bool drain) {
   std::map<int, std::shared_ptr<DeviceComm>> comms;
   {
     std::lock_guard<std::mutex> g(mu_);
     shut_down_ = true;
     comms.swap(comms_);
   }
-  for (auto& kv : comms) kv.second->close();
+  for (auto& kv : comms) kv.second->close(drain);
 }
 
-void ProcessGroupPeerlink::abort() { shutdown(); }
+void ProcessGroupPeerlink::shutdown() { close_all(/*drain=*/true); }
+
+void ProcessGroupPeerlink::abort() { close_all(/*drain=*/false); }
 
 }  // namespace peerlink::pt

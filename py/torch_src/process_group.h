@@ -100,6 +100,8 @@ class ProcessGroupPeerlink : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> run(const char* what, c10d::OpType type, const at::Device& device, bool async,
                                      std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep, const Body& body);
   c10::intrusive_ptr<c10d::Work> p2p(const char* what, bool send, at::Tensor& t, int peer);
+  // shutdown (drain: after the queued calls ran) and abort (at once).
+  void close_all(bool drain);
 
   c10::intrusive_ptr<c10d::Store> store_;
   Config cfg_;
