@@ -11,7 +11,8 @@ BACKEND_NAME = "peerlink"
 
 def host_id() -> str:
     """This process's host identity, as peerlink's multi-node layer defines it: PEERLINK_HOSTID, else
-    NCCL_HOSTID, else the hostname with a hash of the kernel's boot id."""
+    NCCL_HOSTID, else the hostname up to its first '.' with a hash of the kernel's boot id (as NCCL's
+    host hash)."""
     for var in ("PEERLINK_HOSTID", "NCCL_HOSTID"):
         value = os.environ.get(var, "").strip()
         if value:
@@ -21,7 +22,7 @@ def host_id() -> str:
             boot = f.read().strip()
     except OSError:
         boot = ""
-    return f"{socket.gethostname()}:{hashlib.sha1(boot.encode()).hexdigest()[:12]}"
+    return f"{socket.gethostname().split('.')[0]}:{hashlib.sha1(boot.encode()).hexdigest()[:12]}"
 
 
 def _timeout_ms(timeout) -> int:
