@@ -16,7 +16,7 @@ import traceback
 
 from plmp import run_ranks
 
-# Seconds: the bound of every peerlink wait inside the checks (a failed check must not hang a job).
+# Milliseconds: the bound of every peerlink wait inside the checks (a failed check must not hang a job).
 CHECK_TIMEOUT_MS = "30000"
 
 
