@@ -8,14 +8,23 @@ Fallback (an sdist, or no `make`): the library sources (the repository's, or a v
 `setup.py sdist` under _vendor/) are compiled straight into the extension with the host-only
 backend; GPUs then need a build from the repository.
 
+PyTorch: when torch is importable here (`pip install --no-build-isolation ./py`, so that the build
+sees the environment's torch), a second extension, peerlink._peerlink_torch (the c10d backend and
+torch.ops.peerlink, sources in torch_src/), is compiled against that torch and linked to
+libpeerlink.so; peerlink.torch refuses to load it under another torch version. It needs the
+repository build (not the host-only fallback) and nothing of CUDA: it reaches the GPU through
+torch's device-generic stream and event interface and through libpeerlink.
+
 Environment: PEERLINK_BACKEND=cuda|hip|host (default: cuda when nvcc exists, else hip when hipcc
 exists, else host, as the Makefile decides), PEERLINK_BUILD_DIR (default <root>/build-py/<backend>),
-MAKEFLAGS / PEERLINK_MAKE_JOBS for parallelism.
+MAKEFLAGS / PEERLINK_MAKE_JOBS for parallelism (also of the extensions' compiles),
+PEERLINK_TORCH=0 to skip the torch extension.
 """
 import os
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -67,6 +76,52 @@ def pybind11_include():
     sys.exit("pybind11 headers not found: pip install pybind11")
 
 
+def torch_config():
+    """What the torch extension is built against, or None (torch absent, or PEERLINK_TORCH=0)."""
+    if os.environ.get("PEERLINK_TORCH", "").strip() == "0":
+        return None
+    try:
+        import torch
+        import torch.distributed
+        from torch.utils import cpp_extension
+    except Exception as e:  # any failure to import torch means: build without it
+        print(f"peerlink: torch is not importable ({type(e).__name__}: {e}); peerlink.torch is not built")
+        return None
+    if not torch.distributed.is_available():
+        print("peerlink: this torch has no torch.distributed; peerlink.torch is not built")
+        return None
+    return {
+        "version": torch.__version__,
+        "include": cpp_extension.include_paths("cpu"),
+        "libdir": str(Path(torch.__file__).parent / "lib"),
+        "cxx11_abi": int(torch._C._GLIBCXX_USE_CXX11_ABI),
+    }
+
+
+def make_jobs():
+    return int(os.environ.get("PEERLINK_MAKE_JOBS") or os.cpu_count() or 1)
+
+
+def compile_in_parallel(compiler, jobs):
+    """The compiler's compile(), its sources compiled by `jobs` threads (setuptools runs one at a time;
+    the torch extension's sources take ~30 s each against torch's headers)."""
+    def compile(sources, output_dir=None, macros=None, include_dirs=None, debug=0, extra_preargs=None,
+                extra_postargs=None, depends=None):
+        macros, objects, extra_postargs, pp_opts, build = compiler._setup_compile(
+            output_dir, macros, include_dirs, sources, depends, extra_postargs)
+        cc_args = compiler._get_cc_args(pp_opts, debug, extra_preargs)
+
+        def one(obj):
+            src, ext = build[obj]
+            compiler._compile(obj, src, ext, cc_args, extra_postargs, pp_opts)
+
+        with ThreadPoolExecutor(max(1, jobs)) as pool:
+            list(pool.map(one, objects))
+        return objects
+
+    compiler.compile = compile
+
+
 def host_only_sources(base):
     srcs = []
     for d in LIB_DIRS:
@@ -83,15 +138,40 @@ class BuildExt(build_ext):
         # does not track, and a binding object older than a changed struct (Options) crashed in
         # Communicator() when a build directory was reused (2026-11-26).
         self.force = True
+        compile_in_parallel(self.compiler, make_jobs())
         ext = self.extensions[0]
+        torch_ext = next((e for e in self.extensions if e.name == TORCH_EXT), None)
         ext.include_dirs.insert(0, pybind11_include())
         ext.extra_compile_args += ["-std=c++17", "-O2", "-fvisibility=hidden", "-Wall"]
         pkg_dir = self._package_dirs()
+        torch_version = None
         if repo_available() and shutil.which("make") and os.environ.get("PEERLINK_PY_VENDORED") != "1":
             self._link_against_make_build(ext, pkg_dir)
+            if torch_ext is not None:
+                self._configure_torch_extension(torch_ext, ext)
+                torch_version = TORCH["version"]
         else:
             self._compile_sources_in(ext, VENDOR if not repo_available() else ROOT)
+            if torch_ext is not None:
+                print("peerlink: peerlink.torch needs the repository build of libpeerlink.so; not built")
+                self.extensions.remove(torch_ext)
+        for d in pkg_dir:
+            with open(d / "_build_info.py", "a") as f:
+                f.write(f"torch_version = {torch_version!r}\n")
         super().build_extensions()
+
+    def _configure_torch_extension(self, ext, main):
+        """peerlink._peerlink_torch: torch's headers and libraries, linked to libpeerlink.so beside it."""
+        ext.include_dirs += TORCH["include"] + [str(ROOT / "include")]
+        ext.define_macros += [("PEERLINK_TORCH_VERSION", f'"{TORCH["version"]}"'),
+                              ("_GLIBCXX_USE_CXX11_ABI", str(TORCH["cxx11_abi"])),
+                              ("TORCH_EXTENSION_NAME", "_peerlink_torch")]
+        # -g0: Python's CFLAGS ask for -g, which doubles the compile time of torch's headers.
+        ext.extra_compile_args += ["-std=c++17", "-O2", "-g0", "-fvisibility=hidden", "-Wall", "-Wno-unused-parameter"]
+        ext.library_dirs += main.library_dirs + [TORCH["libdir"]]
+        # torch's libraries are loaded by `import torch` before this module (peerlink.torch does it).
+        ext.libraries += ["peerlink", "c10", "torch", "torch_cpu", "torch_python"]
+        ext.extra_link_args += ["-Wl,-rpath,$ORIGIN"]
 
     def _link_against_make_build(self, ext, pkg_dir):
         backend = detect_backend()
@@ -157,7 +237,15 @@ class SDist(sdist):
         super().run()
 
 
+TORCH_EXT = "peerlink._peerlink_torch"
+TORCH = torch_config()
+EXTENSIONS = [Extension("peerlink._peerlink", sources=sorted(str(p.relative_to(HERE)) for p in (HERE / "src").glob("*.cpp")),
+                        language="c++")]
+if TORCH is not None:
+    EXTENSIONS.append(Extension(TORCH_EXT, sources=sorted(str(p.relative_to(HERE)) for p in (HERE / "torch_src").glob("*.cpp")),
+                                language="c++"))
+
 setup(
-    ext_modules=[Extension("peerlink._peerlink", sources=sorted(str(p.relative_to(HERE)) for p in (HERE / "src").glob("*.cpp")), language="c++")],
+    ext_modules=EXTENSIONS,
     cmdclass={"build_ext": BuildExt, "sdist": SDist},
 )

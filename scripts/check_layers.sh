@@ -37,7 +37,7 @@ DIR_LAYER = {"src/common": 0, "src/shm": 0, "src/gpu": 1, "src/config": 2, "src/
              "src/topology": 4, "src/transport": 5, "src/collectives": 6, "src/nccl": 7,
              "py": 7, "tools": 7, "benchmarks": 7}
 PUBLIC = {"errors.h": 0, "log_level.h": 0, "device.h": 1, "options.h": 2, "topology.h": 4,
-          "communicator.h": 5, "request.h": 5, "collectives.h": 6, "windows.h": 6, "peerlink.h": 7}
+          "communicator.h": 5, "request.h": 5, "collectives.h": 6, "windows.h": 6, "fused.h": 6, "peerlink.h": 7}
 SRC_FIRST = {"common": 0, "shm": 0, "gpu": 1, "config": 2, "bootstrap": 3, "topology": 4,
              "transport": 5, "collectives": 6, "nccl": 7}
 PUBLIC_ONLY = ("py/", "tools/", "benchmarks/", "src/nccl/")

@@ -3,7 +3,7 @@
 # (two processes on one GPU, and one process per GPU when there are two or more), then whatever
 # GPU steps the other parts provide. Everything goes under $OUT: a summary log plus one tarball
 # (the device tool returns at most 8 files).
-#   STEPS="build pyquick contract quick arvariants arbench lat stream colls topo bench coll py" (default:
+#   STEPS="build pyquick contract quick arvariants arbench lat stream colls fused topo bench coll py torch" (default:
 #   build contract stream colls vmm topo bench coll py); steps run in that order. DEADLINE=S skips steps after S seconds.
 set -u
 OUT=${OUT:-/tmp/peerlink-gpu-out}
@@ -44,7 +44,7 @@ fi
 if has pyquick; then
   run_step py_env 60 python3 -c 'import torch, cupy, pybind11; print(torch.__version__, cupy.__version__, pybind11.__version__, torch.cuda.device_count())'  # the Python suite's GPU cases (torch CUDA tensors, CuPy) and a torchrun ping-pong
   run_step py_install 120 env PEERLINK_BUILD_DIR=$PWD/$BUILD python3 -m pip install -q --no-build-isolation ./py
-  run_step py_gpu 300 python3 -m pytest py/tests -q -rs -p no:cacheprovider -k "torch or cupy or gpu"
+  run_step py_gpu 300 python3 -m pytest py/tests -q -rs -p no:cacheprovider -k "(torch or cupy or gpu) and not test_torch_"
   run_step py_pingpong 60 python3 -m torch.distributed.run --nproc-per-node 2 examples/pingpong.py
 fi
 T=$BUILD/bin/peerlink_tests
@@ -106,6 +106,20 @@ if has colls; then  # the other collectives: GPU tests (2 ranks; 4 ranks on 2 GP
     run_step colls_$op 90 $BUILD/bin/bench_collectives --op $op --gpus 0,1 -b 8 -e 256M -f 4 -n 20 -w 5 -d bfloat16 -G 1
   done
 fi
+if has fused; then  # allreduce + residual add + RMSNorm (+ FP8): GPU tests (2 processes on GPU 0; threads), bench vs unfused
+  has build || run_step fused_build 900 make BACKEND=cuda BUILD=$BUILD -j16 "${GT[@]}" lib tests benchmarks
+  run_step fused_unit 60 $T --gtest_filter='FusedPlan.*:FusedMath.*:FusedHost.OneRank'
+  PEERLINK_TEST_GPUS=2 PEERLINK_TEST_DEVICES=0,0 run_step fused_gtest 600 $T --gtest_filter='FusedGpu.*'
+  PEERLINK_TEST_GPUS=2 PEERLINK_TEST_DEVICES=0 CUDA_MODULE_LOADING=EAGER run_step fused_gtest_threads 300 $T \
+    --gtest_filter='FusedThreadsGpu.*'
+  [ "$NGPU" -ge 2 ] && PEERLINK_TEST_GPUS=2 PEERLINK_TEST_DEVICES=0,1 run_step fused_gtest_2gpu 300 $T --gtest_filter='FusedGpu.*'
+  # fused vs allreduce + add_rmsnorm, bf16, tokens 1-512, hidden 4096 and 8192, each in one CUDA graph
+  CUDA_MODULE_LOADING=EAGER run_step fused_bench 300 $BUILD/bin/bench_fused --threads --gpus 0,0 -n 50 -w 10 -G 1
+  [ "$NGPU" -ge 2 ] && run_step fused_bench_2gpu 300 $BUILD/bin/bench_fused --gpus 0,1 -n 50 -w 10 -G 1
+  if [ "${FUSED_TORCH:-1}" = 1 ] && python3 -c 'import torch, peerlink' 2>/dev/null; then  # the installed package (pyquick)
+    CUDA_MODULE_LOADING=EAGER run_step fused_bench_torch 300 python3 benchmarks/bench_fused_torch.py
+  fi
+fi
 if has vmm; then  # memory exported by descriptor (issue 15): capture, two communicators, first-use cost
   D=0,1; [ "$NGPU" -ge 2 ] || D=0,0
   PEERLINK_TEST_GPUS=2 PEERLINK_TEST_DEVICES=$D run_step vmm_gtest 180 $T --gtest_filter='*Vmm*:MpFdTwoComms*'
@@ -120,6 +134,17 @@ if has bench && [ -f scripts/gpu_bench.sh ]; then BUILD=$BUILD SKIP_BUILD=1 run_
 if has coll && [ -f scripts/gpu_collectives.sh ]; then BUILD=$BUILD run_step coll 420 bash scripts/gpu_collectives.sh "$R/coll" "$BUILD"; fi
 if has nccl && [ -f scripts/gpu_nccl.sh ]; then run_step nccl 400 bash scripts/gpu_nccl.sh "$R/nccl" "$BUILD"; fi  # libnccl.so.2 under torch (STEPS+=nccl)
 if has py && [ -f scripts/gpu_python.sh ]; then run_step py 420 bash scripts/gpu_python.sh "$R/py"; fi
+if has torch; then  # peerlink.torch: c10d backend + torch.ops.peerlink, 2 ranks sharing GPU 0; 8 B all_reduce vs the shim
+  WHL=$(python3 -c "import importlib.util as u; s = u.find_spec('nvidia.nccl'); print(list(s.submodule_search_locations)[0] if s else '')")
+  run_step torch_build 400 make BACKEND=cuda BUILD=$BUILD -j16 "${GT[@]}" lib nccl ${WHL:+NCCL_HOME=$WHL}
+  run_step torch_install 400 env PEERLINK_BACKEND=cuda PEERLINK_BUILD_DIR=$PWD/$BUILD PEERLINK_MAKE_JOBS=16 \
+    python3 -m pip install --no-build-isolation ./py
+  run_step torch_import 60 bash -c "cd /tmp && python3 -c 'import torch, peerlink, peerlink.torch as pt; print(torch.__version__, peerlink.runtime(), pt._C.torch_version, torch.ops.peerlink.all_reduce)'"
+  run_step torch_tests 420 python3 -m pytest py/tests/test_torch_gpu.py py/tests/test_torch_cpu.py py/tests/test_torch_import.py \
+    -v -rs -p no:cacheprovider --durations=15
+  run_step torch_bench 180 python3 benchmarks/bench_torch_allreduce.py --shim "$PWD/$BUILD/lib/libnccl.so.2" \
+    ${WHL:+--nccl "$WHL/lib/libnccl.so.2"}
+fi
 ls /dev/shm | grep '^pl_' > "$R/shm_left.txt" && { note "LEAK: $(cat $R/shm_left.txt | head)"; status=1; }
 tar -czf "$OUT/results.tgz" -C "$OUT" r
 rm -rf "$R"

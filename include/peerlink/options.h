@@ -153,6 +153,10 @@ struct Options {
   // PEERLINK_ALLREDUCE_ONESHOT_GENERIC=1: the generic one-shot loop even where a specialised one
   // exists (tests keep the generic loop covered).
   bool allreduce_oneshot_generic = false;
+  // The fused allreduce + residual add + RMSNorm (peerlink/fused.h): "" or "auto" = by size and
+  // world size, "oneshot" or "twoshot" forces that data flow (PEERLINK_FUSED_ALGO); every rank must
+  // agree.
+  std::string fused_algo;
 
   // ---- algorithm overrides of the other collectives (parse_coll_algo: "", auto, ll, push); every
   // rank must agree. all_to_all_algo also covers all_to_all_v.

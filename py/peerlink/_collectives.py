@@ -119,6 +119,66 @@ class CollectivesMixin:
         rc, rd = splits(out, output, output_split_sizes, "output")
         _C.all_to_all_v(self._c, inp.address, sc, sd, out.address, rc, rd, inp.dtype, self._stream_of(out, stream))
 
+    # ---- the fused tensor-parallel epilogue (peerlink/fused.h) ----------------------------------
+    def allreduce_add_rms_norm(self, input, residual, weight, eps: float, weight_bias: float = 0.0,
+                               norm_out=None, residual_out=None, stream=None):
+        """A decoder layer's epilogue in one pass: s = the sum over ranks of input,
+        residual_out = s + residual, norm_out = residual_out / rms(residual_out) * (weight_bias + weight)
+        (rms over each row, eps inside the root; f32 math, one rounding per output; the norm reads
+        the rounded residual_out). input and residual hold tokens x hidden elements, weight hidden
+        of them, all of one dtype (bfloat16, float16 or float32). By default in place (vLLM's
+        fused_add_rms_norm): norm_out is input, residual_out is residual. Every rank gets the same
+        bits. Stream-ordered on GPUs, synchronous on the host backend. Returns (norm_out, residual_out)."""
+        norm_out = input if norm_out is None else norm_out
+        residual_out = residual if residual_out is None else residual_out
+        self._fused("allreduce_add_rms_norm", input, residual, weight, eps, weight_bias, norm_out, residual_out,
+                    None, None, stream)
+        return norm_out, residual_out
+
+    def allreduce_add_rms_norm_fp8(self, input, residual, weight, scale, quant_out, eps: float,
+                                   weight_bias: float = 0.0, norm_out=None, residual_out=None, stream=None):
+        """allreduce_add_rms_norm, and quant_out = e4m3(norm / scale) (OCP FP8 E4M3, saturated at
+        +-448): quant_out holds tokens x hidden bytes (float8_e4m3fn or uint8), scale one float32 on
+        the communicator's device (a static per-tensor scale, read when the call runs). norm_out
+        None: the norm is not written (vLLM's static FP8 quantization); residual_out None: in place
+        in residual. Returns (quant_out, residual_out)."""
+        residual_out = residual if residual_out is None else residual_out
+        self._fused("allreduce_add_rms_norm_fp8", input, residual, weight, eps, weight_bias, norm_out, residual_out,
+                    quant_out, scale, stream)
+        return quant_out, residual_out
+
+    def _fused(self, what, input, residual, weight, eps, weight_bias, norm_out, residual_out, quant_out, scale,
+               stream) -> None:
+        inp = self._coll_view(input, what, stream)
+        res = self._coll_view(residual, what, stream)
+        w = self._coll_view(weight, what, stream)
+        rout = self._coll_view(residual_out, what, stream, writable=True)
+        norm = None if norm_out is None else self._coll_view(norm_out, what, stream, writable=True)
+        for v in (res, w, rout, norm):
+            if v is not None:
+                self._same_dtype(v, inp, what)
+        hidden = w.nbytes // w.itemsize
+        count = inp.nbytes // inp.itemsize
+        if hidden == 0 or count % hidden:
+            raise _C.InvalidArgument(f"{what}: input holds {count} elements, not a whole number of rows of weight's "
+                                     f"{hidden}")
+        for name, v in (("residual", res), ("residual_out", rout), ("norm_out", norm)):
+            if v is not None and v.nbytes != inp.nbytes:
+                raise _C.InvalidArgument(f"{what}: {name} holds {v.nbytes} bytes, input {inp.nbytes}")
+        q_addr = s_addr = 0
+        if quant_out is not None:
+            q = self._view(quant_out, what, stream, sync=False)
+            if q.readonly or q.itemsize != 1 or q.nbytes != count:
+                raise _C.InvalidArgument(f"{what}: quant_out must be {count} writable one-byte elements "
+                                         f"(float8_e4m3fn or uint8); got {q.nbytes} bytes of {q.itemsize}")
+            s = self._coll_view(scale, what, stream)
+            if s.dtype != "float32" or s.nbytes != 4:
+                raise _C.InvalidArgument(f"{what}: scale must be one float32, got {s.nbytes} bytes of {s.dtype}")
+            q_addr, s_addr = q.address, s.address
+        _C.allreduce_add_rmsnorm(self._c, inp.address, res.address, w.address, 0 if norm is None else norm.address,
+                                 rout.address, q_addr, s_addr, count // hidden, hidden, inp.dtype, float(eps),
+                                 float(weight_bias), self._stream_of(inp, stream))
+
     # ---- registered windows (peerlink/windows.h) -------------------------------------------------
     def register_window(self, tensor) -> int:
         """Collective (every rank, same order): registers the tensor's memory as a window and

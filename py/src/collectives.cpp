@@ -27,6 +27,10 @@ void all_to_all(Communicator&, const void*, void*, size_t, DataType, void*) __at
 void all_to_all_v(Communicator&, const void*, const size_t*, const size_t*, void*, const size_t*, const size_t*,
                   DataType, void*) __attribute__((weak));
 uint64_t register_window(Communicator&, void*, size_t) __attribute__((weak));
+void allreduce_add_rmsnorm(Communicator&, const void*, const void*, const void*, void*, void*, size_t, size_t, DataType,
+                           float, float, void*) __attribute__((weak));
+void allreduce_add_rmsnorm_fp8(Communicator&, const void*, const void*, const void*, void*, void*, void*, const float*,
+                               size_t, size_t, DataType, float, float, void*) __attribute__((weak));
 void deregister_window(Communicator&, uint64_t) __attribute__((weak));
 }  // namespace peerlink
 #define PEERLINK_PY_HAVE_COLLECTIVES_HEADER 1
@@ -143,6 +147,26 @@ void register_collectives(py::module_& m) {
     py::gil_scoped_release nogil;
     peerlink::all_to_all_v(c, reinterpret_cast<const void*>(send), sc.data(), sd.data(), reinterpret_cast<void*>(recv),
                            rc.data(), rd.data(), t, reinterpret_cast<void*>(stream));
+  });
+  // The fused allreduce + residual add + RMSNorm (peerlink/fused.h); quant_out != 0: the FP8 form
+  // (norm_out may then be 0). Addresses of the caller's buffers; tokens x hidden elements of dtype.
+  m.def("allreduce_add_rmsnorm", [](Communicator& c, uintptr_t input, uintptr_t residual_in, uintptr_t weight,
+                                    uintptr_t norm_out, uintptr_t residual_out, uintptr_t quant_out, uintptr_t scale,
+                                    size_t tokens, size_t hidden, const std::string& dtype, float eps,
+                                    float weight_bias, uintptr_t stream) {
+    const bool fp8 = quant_out != 0;
+    if (fp8 ? !&peerlink::allreduce_add_rmsnorm_fp8 : !&peerlink::allreduce_add_rmsnorm)
+      throw UnsupportedError("allreduce_add_rms_norm: the peerlink library has no fused epilogue");
+    DataType t = dtype_of(dtype);
+    auto p = [](uintptr_t a) { return reinterpret_cast<void*>(a); };
+    py::gil_scoped_release nogil;
+    if (fp8)
+      peerlink::allreduce_add_rmsnorm_fp8(c, p(input), p(residual_in), p(weight), p(norm_out), p(residual_out),
+                                          p(quant_out), reinterpret_cast<const float*>(scale), tokens, hidden, t, eps,
+                                          weight_bias, p(stream));
+    else
+      peerlink::allreduce_add_rmsnorm(c, p(input), p(residual_in), p(weight), p(norm_out), p(residual_out), tokens,
+                                      hidden, t, eps, weight_bias, p(stream));
   });
   // Registered windows (peerlink/windows.h): collective; the memory stays the caller's.
   m.def("register_window", [](Communicator& c, uintptr_t ptr, size_t nbytes) {

@@ -270,6 +270,7 @@ Options Options::from_env() {
   if (const char* v = env(kPdl.var)) o.allreduce_pdl = parse_bool(kPdl.var, v) ? 1 : 0;
   if (const char* v = env("PEERLINK_ALLREDUCE_ONESHOT_GENERIC"))
     o.allreduce_oneshot_generic = parse_bool("PEERLINK_ALLREDUCE_ONESHOT_GENERIC", v);
+  if (const char* v = env("PEERLINK_FUSED_ALGO")) o.fused_algo = lower(v);
   for (const auto& k : kCollAlgoKnobs)
     if (const char* v = env(k.var)) o.*k.field = lower(v);
   if (const char* v = env(kCollLlMax.var)) o.coll_ll_max = static_cast<size_t>(parse_int(kCollLlMax, v));
@@ -315,6 +316,16 @@ void Options::validate() const {
   if (!p2p_level.empty() && !valid_p2p_level(p2p_level))
     throw InvalidArgument(cat("PEERLINK_P2P_LEVEL='", p2p_level, "' is not one of LOC, NVL, PIX, PXB, PHB, SYS or 0-4"));
   parse_allreduce_algo(allreduce_algo);  // throws naming the string
+  {
+    AllreduceAlgo f = AllreduceAlgo::Auto;
+    try {
+      f = parse_allreduce_algo(fused_algo);
+    } catch (const InvalidArgument&) {
+      f = AllreduceAlgo::Bandwidth;  // reported below, with the fused knob's own name
+    }
+    if (f != AllreduceAlgo::Auto && f != AllreduceAlgo::OneShot && f != AllreduceAlgo::TwoShot)
+      throw InvalidArgument(cat("PEERLINK_FUSED_ALGO='", fused_algo, "' is not one of oneshot, twoshot, auto"));
+  }
   if (static_cast<int>(log_level) < static_cast<int>(LogLevel::None) ||
       static_cast<int>(log_level) > static_cast<int>(LogLevel::Trace))
     throw InvalidArgument(cat("Options::log_level ", static_cast<int>(log_level), " is not a LogLevel (PEERLINK_DEBUG)"));

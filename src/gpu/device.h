@@ -99,6 +99,15 @@ __device__ __forceinline__ bool warp_any(bool p) {
 #endif
 }
 
+// The value of `v` on lane (this lane ^ mask) of the warp (all lanes must take part).
+__device__ __forceinline__ float shfl_xor(float v, int mask) {
+#if defined(PEERLINK_HIP)
+  return __shfl_xor(v, mask);
+#else
+  return __shfl_xor_sync(0xffffffffu, v, mask);
+#endif
+}
+
 // Programmatic dependent launch (Hopper and later, CUDA only). A kernel launched with the PDL
 // attribute may be scheduled while the previous kernel on its stream still runs; pdl_wait() blocks
 // until that kernel has completed and its memory is visible. pdl_launch_dependents() lets the next

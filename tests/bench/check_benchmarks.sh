@@ -162,6 +162,20 @@ run "bench_collectives --op bad is refused" 1 "$BIN/bench_collectives" --op allr
 run "bench_collectives --pl-register bad is refused" 1 "$BIN/bench_collectives" --pl-register 2 &&
   ok "bench_collectives --pl-register bad is refused"
 
+# bench_fused: fused allreduce + residual add + RMSNorm against allreduce + add_rmsnorm, verified rows.
+fused_rows() { grep -cE "^ +[0-9]+ +$1 +$2 +[0-9.]+ +[0-9.]+ +[0-9.]+ +0$" "$TMP/out"; }
+if run "bench_fused" 0 "$BIN/bench_fused" --gpus -1,-1 --tokens 1,7 --hidden 1024,5128 -n 3 -w 1; then
+  if has 'tokens +hidden +type +fused\(us\) +unfused\(us\) +ratio +#wrong' && has 'Out of bounds values : 0 OK' &&
+     [ "$(fused_rows '(1024|5128)' bfloat16)" = 4 ]; then ok "bench_fused"; else bad "bench_fused output"; fi
+fi
+if run "bench_fused -g 3 -d float" 0 "$BIN/bench_fused" -g 3 --tokens 2 --hidden 4096 -n 2 -w 1 -d float; then
+  if has 'nranks=3' && [ "$(fused_rows 4096 float)" = 1 ]; then ok "bench_fused -g 3 -d float"; else bad "bench_fused -g 3 output"; fi
+fi
+if run "bench_fused --inject-error is detected" 2 "$BIN/bench_fused" --gpus -1,-1 --tokens 1 --hidden 1024 -n 2 --inject-error; then
+  if has 'Out of bounds values : [1-9].* ERROR'; then ok "bench_fused --inject-error is detected"; else bad "bench_fused injected error not counted"; fi
+fi
+run "bench_fused --hidden bad is refused" 1 "$BIN/bench_fused" --hidden 0 && ok "bench_fused --hidden bad is refused"
+
 if run "p2p_matrix host 2x2" 0 "$BIN/p2p_matrix" --gpus -1,-1 -s 256K -n 3 --lat-iters 10 --json "$TMP/pm.json"; then
   if has '^#wrong 0, failed cells 0' && has 'Unidirectional bandwidth' && has 'Bidirectional bandwidth' &&
      has 'One-way latency p50' &&
