@@ -45,7 +45,7 @@ AllreduceAlgo choose(size_t bytes, int world, bool host, bool nvlink) {
   return AllreduceAlgo::Bandwidth;
 }
 
-// `forced`: Options::allreduce_algo, parsed (Auto when unset).
+// `forced`: Options::allreduce_algo (Auto unless set).
 AllreduceAlgo resolve(AllreduceAlgo forced, int world, size_t bytes, bool host, bool nvlink) {
   AllreduceAlgo a = forced;
   if (a == AllreduceAlgo::ZeroCopy && world < 2) a = AllreduceAlgo::Auto;  // nothing to share
@@ -70,7 +70,7 @@ bool zero_copy_auto(size_t bytes, int world, bool host, bool nvlink) {
   return world == 4 && nvlink && bytes >= (size_t(16) << 20) && bytes < (size_t(128) << 20);
 }
 
-// The windows of a zero-copy allreduce, when it runs: forced (`forced`, Options::allreduce_algo parsed;
+// The windows of a zero-copy allreduce, when it runs: forced (`forced`, Options::allreduce_algo;
 // throws InvalidArgument where a buffer lies in no window every rank mapped) or by auto from
 // zero_copy_auto(). Buffers in no registered window get graph windows as the other collectives' do
 // (Options::coll_graph_register, collectives.cpp); every input of the choice is the same on every
@@ -250,7 +250,7 @@ void coll::check_collective_error(coll::CollState& st) { check_device_error(st);
 AllreduceAlgo allreduce_algo_for(Communicator& comm, size_t bytes) {
   const detail::CommServices& svc = detail::services(comm);
   const bool host = comm.device() == kHostDevice;
-  return resolve(parse_allreduce_algo(svc.options().allreduce_algo), comm.world_size(), bytes, host, !host && coll::nvlink_to_all(svc, comm.world_size()));
+  return resolve(svc.options().allreduce_algo, comm.world_size(), bytes, host, !host && coll::nvlink_to_all(svc, comm.world_size()));
 }
 
 void allreduce_check(Communicator& comm) {
@@ -282,7 +282,7 @@ void allreduce(Communicator& comm, const void* sendbuf, void* recvbuf, size_t co
   coll::CollState& st = coll::coll_state(comm);
   std::lock_guard<std::mutex> g(st.mu);
   check_device_error(st);
-  const AllreduceAlgo forced = parse_allreduce_algo(st.svc->options().allreduce_algo);
+  const AllreduceAlgo forced = st.svc->options().allreduce_algo;
   AllreduceAlgo algo = resolve(forced, st.world, bytes, st.host, st.nvlink_all);
   if (count == 0) return;
   const coll::Window *ws = nullptr, *wr = nullptr;

@@ -13,7 +13,9 @@ namespace peerlink::coll {
 
 using common::cat;
 
-static const std::string& algo_field(const Options& o, int kind) {
+// The algorithm Options force on this kind of collective (Auto unless set; an enum parsed once, when
+// the Options were read).
+static CollAlgo forced_algo(const Options& o, int kind) {
   switch (kind) {
     case coll::kAllGather: return o.all_gather_algo;
     case coll::kReduceScatter: return o.reduce_scatter_algo;
@@ -79,7 +81,7 @@ const coll::Window* graph_window_for(coll::CollState& st, const CollCall& c, con
   const Options& o = st.svc->options();
   if (!st.graph_windows.wins.empty()) coll::release_unheld_graph_windows(st);
   if (w || !buf || o.coll_graph_register == 0 || st.world < 2 || !zc_kind(c.d.kind) || c.d.count == 0 ||
-      !zc_wanted(o, c, parse_coll_algo(algo_field(o, c.d.kind))))
+      !zc_wanted(o, c, forced_algo(o, c.d.kind)))
     return w;
   const bool capturing = !st.host && gpu::stream_is_capturing(stream);
   if (!capturing && o.coll_graph_register != 2) return w;
@@ -92,7 +94,7 @@ const coll::Window* graph_window_for(coll::CollState& st, const CollCall& c, con
 // (measured: options.h), for the reducing kinds from pull_min() (0 = never, for both).
 CollAlgo choose_algo(const coll::CollState& st, const CollCall& c, const coll::Window* w) {
   const Options& o = st.svc->options();
-  CollAlgo forced = parse_coll_algo(algo_field(o, c.d.kind));
+  CollAlgo forced = forced_algo(o, c.d.kind);
   size_t piece_bytes = coll::local_max_piece(c.d) * c.d.elem;
   const bool zc_ok = w && w->zero_copy && zc_kind(c.d.kind) && st.world >= 2;
   if (forced == CollAlgo::ZeroCopy) {

@@ -15,6 +15,7 @@
 #include "gpu/vmm.h"  // RelaxedCaptureMode
 #include "common/log.h"
 #include "common/proc.h"
+#include "config/test_hooks.h"
 #include "peerlink/communicator.h"
 #include "peerlink/errors.h"
 #include "transport/services.h"
@@ -168,7 +169,7 @@ CollState& coll_state(Communicator& comm) {
     // finishes (device_sync.h): 2x H200, graph replay, 2.31 -> 2.11 us at 8 B, 9.15 -> 8.79 us at 1 MB.
     int cc = gpu::compute_capability(svc.device());
     st->pdl = (opts.allreduce_pdl < 0 ? cc >= 90 : opts.allreduce_pdl != 0) && cc >= 90;
-    st->generic_oneshot = opts.allreduce_oneshot_generic;
+    st->generic_oneshot = detail::test_hooks(opts).allreduce_oneshot_generic;
   } else {
     // Host: a small LL area (SHM is zero-filled) so that CI runs the LL protocol of the other
     // collectives (host_collectives.cpp); host allreduce does not use it.

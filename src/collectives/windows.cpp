@@ -8,6 +8,7 @@
 #include "collectives/coll_state.h"
 #include "collectives/window_record.h"
 #include "common/log.h"
+#include "config/test_hooks.h"
 #include "peerlink/errors.h"
 #include "peerlink/windows.h"
 #include "transport/services.h"
@@ -60,7 +61,7 @@ Window register_range(CollState& st, void* ptr, size_t bytes, const char* who) {
   std::string map_error;  // this rank could not map a peer's range: why
   if (every) {
     try {
-      if (svc.options().test_window_map_fail) throw Error("mapping refused (PEERLINK_TEST_WINDOW_MAP_FAIL)");
+      if (detail::test_hooks(svc.options()).window_map_fail) throw Error("mapping refused (PEERLINK_TEST_WINDOW_MAP_FAIL)");
       for (int p = 0; p < st.world; ++p) {
         if (p == st.rank) continue;
         gpu::MemHandle h;

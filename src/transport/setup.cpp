@@ -10,6 +10,7 @@
 
 #include "common/interrupt.h"
 #include "common/log.h"
+#include "config/test_hooks.h"
 #include "peerlink/errors.h"
 #include "peerlink/topology.h"
 #include "transport/links.h"
@@ -221,7 +222,7 @@ void Transport::decide_completion(const std::vector<Completion>& prefs) {
   for (int p = 0; p < rank_; ++p) {  // higher rank: open, announce readiness, remove the name
     Peer& P = *peers_[p];
     bool wants_ring = prefs[rank_] == Completion::Ring || prefs[p] == Completion::Ring;
-    if (wants_ring || opts_.test_channel_never_ready) continue;
+    if (wants_ring || test_hooks(opts_).channel_never_ready) continue;
     P.chan_seg = common::Segment::open(cat(pre, "ch_", p, "_", rank_));
     if (P.chan_seg.valid() && P.chan_seg.payload_bytes() == sizeof(ChannelLayout)) {
       static_cast<ChannelLayout*>(P.chan_seg.payload())->opener_ready.value.store(1, std::memory_order_release);
