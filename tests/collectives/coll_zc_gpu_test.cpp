@@ -236,8 +236,8 @@ TEST(CollZcGpu, GraphRegistersPlainBuffers) {
     auto* a2a = static_cast<char*>(peerlink::device::alloc(world * b));
     auto* rs = static_cast<char*>(peerlink::device::alloc(b));
     auto windows = [&] {
-      peerlink::coll::CollState* st = peerlink::coll::coll_state_if_set(comm);
-      return st ? st->graph_windows.wins.size() : size_t(0);
+      auto st = peerlink::coll::coll_state_if_set(comm);
+      return st ? st->graph_windows().wins.size() : size_t(0);
     };
     auto val = [](int rep, int r, size_t i) { return int32_t((rep * 131 + r * 17 + int(i)) % 100003 + 1); };
     std::vector<int32_t> h(world * n), out(world * n);
