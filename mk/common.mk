@@ -6,15 +6,23 @@ OPT ?= -O2 -g
 FMT_INC := $(if $(wildcard /usr/include/fmt/core.h /usr/local/include/fmt/core.h),,$(if $(wildcard .fmt/include/fmt/core.h),-I$(abspath .fmt/include)))
 CXXFLAGS_BASE := -std=c++17 $(OPT) -fPIC -Wall -Wextra -Wno-unused-parameter -Iinclude -Isrc -Itests $(FMT_INC) $(SAN)
 CXXFLAGS_ALL = $(CXXFLAGS_BASE) $(BACKEND_CXXFLAGS) $(EXTRA_CXXFLAGS)
-# Tools and benchmarks see the public headers only (issue 11.4): no -Isrc, and they link the .so,
-# which exports nothing else.
+# Tools and benchmarks see the public headers only: no -Isrc, and they link the .so, which exports
+# nothing else.
 CXXFLAGS_PUBLIC = $(filter-out -Isrc -Itests,$(CXXFLAGS_ALL))
 LDFLAGS_ALL = $(SAN) -pthread
+# The library's version (the VERSION file; py/peerlink/_version.py says the same): the file is
+# libpeerlink.so.$(VERSION), its SONAME libpeerlink.so.$(SOVERSION) (the major number: what an
+# incompatible ABI bumps), and libpeerlink.so the name programs link with.
+VERSION := $(shell cat VERSION)
+SOVERSION := $(firstword $(subst ., ,$(VERSION)))
+LIB_SONAME := libpeerlink.so.$(SOVERSION)
+LIB_REAL := $(BUILD)/lib/libpeerlink.so.$(VERSION)
 LIB := $(BUILD)/lib/libpeerlink.so
 # The same objects as a static archive, for what tests internals (unit tests, micro benchmarks):
 # libpeerlink.so exports the public API only (mk/libpeerlink.map, checked by test-exports).
 LIB_INTERNAL := $(BUILD)/lib/libpeerlink_internal.a
-LIB_RPATH := -Wl,-rpath,$(abspath $(BUILD)/lib)
+# Programs in bin/ find the library in ../lib, in the build tree and in an installed tree alike.
+LIB_RPATH := -Wl,-rpath,'$$ORIGIN/../lib'
 
 # In layer order (scripts/check_layers.sh): common/shm -> gpu -> config -> bootstrap -> topology ->
 # transport -> collectives.
@@ -48,9 +56,13 @@ $(BUILD)/obj/%.cu.o: %.cu
 # the compiler emits into libpeerlink.so stay local: exported, they would interpose on the process's
 # libstdc++ for every other library (seen on the GPU machine: torch crashed inside std::ostream once
 # libpeerlink.so, built by a newer g++ than the system libstdc++, was loaded before it).
-$(LIB): $(LIB_OBJS) mk/libpeerlink.map
+$(LIB_REAL): $(LIB_OBJS) mk/libpeerlink.map VERSION
 	@mkdir -p $(dir $@)
-	$(CXX) -shared -o $@ $(LIB_OBJS) $(LDFLAGS_ALL) -Wl,--version-script=mk/libpeerlink.map $(BACKEND_LDLIBS) -ldl -lrt
+	$(CXX) -shared -o $@ $(LIB_OBJS) $(LDFLAGS_ALL) -Wl,-soname,$(LIB_SONAME) -Wl,--version-script=mk/libpeerlink.map \
+	  $(BACKEND_LDLIBS) -ldl -lrt
+$(LIB): $(LIB_REAL)
+	ln -sfn $(notdir $(LIB_REAL)) $(BUILD)/lib/$(LIB_SONAME)
+	ln -sfn $(LIB_SONAME) $@
 $(LIB_INTERNAL): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@
