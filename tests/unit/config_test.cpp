@@ -183,7 +183,9 @@ TEST(Config, RegistryRowsAreDistinctAndDocumented) {
   const detail::TestHooks hooks;
   for (const auto& k : config::knobs()) {
     EXPECT_TRUE(vars.insert(k->var).second) << "two rows read " << k->var;
-    if (k->alias) EXPECT_TRUE(vars.insert(k->alias).second) << "two rows read " << k->alias;
+    if (k->alias) {
+      EXPECT_TRUE(vars.insert(k->alias).second) << "two rows read " << k->alias;
+    }
     EXPECT_TRUE(fields.insert(k->field).second) << "two rows set " << k->field;
     EXPECT_NO_THROW(k->check(config::ConstSettings{defaults, hooks})) << k->var;
     EXPECT_FALSE(std::string(k->doc).empty()) << k->var;
