@@ -273,7 +273,7 @@ int run_pass(const Config& c, const std::string& uid, int rank, const std::vecto
              const std::string& algo, bool with_nccl) {
   const int n = static_cast<int>(devs.size());
   peerlink::Options opts = peerlink::Options::from_env();
-  if (algo != "auto") opts.allreduce_algo = algo;
+  if (algo != "auto") opts.allreduce_algo = peerlink::parse_allreduce_algo(algo);
   peerlink::Communicator comm(uid, rank, n, devs[rank], opts);
   Impl pl, nc;
   pl.name = "peerlink";

@@ -1,8 +1,9 @@
 """Builds the peerlink Python package.
 
 Normal case (a checkout of the repository): `make -C <repo root> lib BACKEND=<b> BUILD=<dir>` builds
-libpeerlink.so with the repository's own build system, the .so is copied into the package and the
-pybind11 extension links to it with rpath $ORIGIN, so the installed package is self-contained.
+libpeerlink.so with the repository's own build system, the library is copied into the package under
+its SONAME (libpeerlink.so.N, the name the extension records as needed) and the pybind11 extension
+links to it with rpath $ORIGIN, so the installed package is self-contained.
 
 Fallback (an sdist, or no `make`): the library sources (the repository's, or a vendored copy made by
 `setup.py sdist` under _vendor/) are compiled straight into the extension with the host-only
@@ -36,6 +37,12 @@ ROOT = HERE.parent
 VENDOR = HERE / "_vendor"
 # In layer order (scripts/check_layers.sh); the fallback compiles them all into the extension.
 LIB_DIRS = ["src/common", "src/shm", "src/config", "src/bootstrap", "src/topology", "src/transport", "src/collectives"]
+
+
+def library_soname():
+    """libpeerlink.so.<major> of the repository's VERSION file (mk/common.mk: LIB_SONAME)."""
+    major = (ROOT / "VERSION").read_text().strip().split(".")[0]
+    return f"libpeerlink.so.{major}"
 
 
 def repo_available():
@@ -180,16 +187,21 @@ class BuildExt(build_ext):
         cmd = ["make", "-C", str(ROOT), "lib", f"BACKEND={backend}", f"BUILD={build}", f"-j{jobs}"]
         print("peerlink: " + " ".join(cmd), flush=True)
         subprocess.check_call(cmd)
-        lib = build / "lib" / "libpeerlink.so"
+        # The extension records the SONAME as needed (libpeerlink.so.N): that is the file the
+        # package carries (a copy of the versioned library, the symlink followed).
+        soname = library_soname()
+        lib = build / "lib" / soname
         for d in pkg_dir:
-            shutil.copy2(lib, d / "libpeerlink.so")
+            for old in d.glob("libpeerlink.so*"):  # a library of another version or name
+                old.unlink()
+            shutil.copy2(lib, d / soname)
         # Public headers only: the binding uses the library's public API (libpeerlink.so exports
         # nothing else, mk/libpeerlink.map).
         ext.include_dirs += [str(ROOT / "include")]
         ext.library_dirs.append(str(build / "lib"))
         ext.libraries.append("peerlink")
         ext.extra_link_args += ["-Wl,-rpath,$ORIGIN"]
-        self._write_build_info(pkg_dir, backend, "libpeerlink.so")
+        self._write_build_info(pkg_dir, backend, soname)
 
     def _compile_sources_in(self, ext, base):
         if not (base / "include" / "peerlink" / "peerlink.h").is_file():
@@ -214,10 +226,10 @@ class BuildExt(build_ext):
     def copy_extensions_to_source(self):
         # --inplace (development): the library and build info go beside the extension too.
         super().copy_extensions_to_source()
-        for name in ("libpeerlink.so", "_build_info.py"):
-            built = Path(self.build_lib) / "peerlink" / name
+        built_dir = Path(self.build_lib) / "peerlink"
+        for built in list(built_dir.glob("libpeerlink.so*")) + [built_dir / "_build_info.py"]:
             if built.is_file():
-                shutil.copy2(built, HERE / "peerlink" / name)
+                shutil.copy2(built, HERE / "peerlink" / built.name)
 
     @staticmethod
     def _write_build_info(dirs, backend, linked):
@@ -234,6 +246,7 @@ class SDist(sdist):
             for sub in ["include"] + LIB_DIRS + ["src/gpu"]:
                 if (ROOT / sub).is_dir():
                     shutil.copytree(ROOT / sub, VENDOR / sub)
+            shutil.copy2(ROOT / "VERSION", VENDOR / "VERSION")
         super().run()
 
 

@@ -7,6 +7,10 @@ need_apt=()
 [ -d /usr/include/fmt ] || need_apt+=(libfmt-dev)
 command -v g++ >/dev/null || need_apt+=(g++)
 command -v make >/dev/null || need_apt+=(make)
+# make test-install: examples/cpp/ against an installed tree, by pkg-config and by CMake
+command -v cmake >/dev/null || need_apt+=(cmake)
+command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+command -v readelf >/dev/null || need_apt+=(binutils)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "installing Debian packages: ${need_apt[*]}"

@@ -28,10 +28,11 @@ class Library {
  public:
   // Loads NCCL; available() is false (with why()) when it is missing or incomplete. Which file:
   // PEERLINK_NCCL_LIBRARY when set, else the soname "libnccl.so.2" -- but never peerlink's own
-  // NCCL-compatible libnccl.so.2: the benchmarks' RUNPATH is BUILD/lib, where `make nccl` puts
-  // it, and a soname lookup then compares peerlink with itself (2026-11-23 session 5: the "NCCL"
-  // columns equalled peerlink's NCCL form at every size). A file with libpeerlink.so beside it is
-  // that library; then the usual install places are tried by absolute path.
+  // NCCL-compatible libnccl.so.2: the benchmarks' RUNPATH is $ORIGIN/../lib, which is BUILD/lib in
+  // the build tree, where `make nccl` puts it, and a soname lookup then compares peerlink with
+  // itself (2026-11-23: the "NCCL" columns equalled peerlink's NCCL form at every size). A file with
+  // libpeerlink.so beside it (or one directory up, as installed) is that library; then the usual
+  // install places are tried by absolute path.
   Library() {
     const char* env = std::getenv("PEERLINK_NCCL_LIBRARY");
     if (env && *env) {
@@ -136,7 +137,11 @@ class Library {
     if (!::realpath(path_.c_str(), real)) return false;
     std::string dir(real);
     dir.resize(dir.rfind('/') + 1);
-    return ::access((dir + "libpeerlink.so").c_str(), F_OK) == 0;
+    // The build tree has libpeerlink.so beside libnccl.so.2; an installed tree one directory up
+    // (<prefix>/lib/peerlink-nccl/libnccl.so.2).
+    for (const char* lib : {"libpeerlink.so", "../libpeerlink.so"})
+      if (::access((dir + lib).c_str(), F_OK) == 0) return true;
+    return false;
   }
   void* handle_ = nullptr;
   std::string path_;

@@ -14,18 +14,23 @@ FUZZ_HAVE_CXX := $(shell command -v $(FUZZ_CXX) 2>/dev/null)
 FUZZ_SRCS := $(sort $(wildcard tests/fuzz/*_fuzz.cpp))
 FUZZ_TARGETS ?= $(patsubst tests/fuzz/%_fuzz.cpp,%,$(FUZZ_SRCS))
 FUZZ_BINS := $(patsubst %,$(FUZZ_BUILD)/bin/%_fuzz,$(FUZZ_TARGETS))
-# The library as the host backend builds it (no GPU runtime), whatever BACKEND this make uses.
+# The library as the host backend builds it (no GPU runtime), whatever BACKEND this make uses. Line
+# tables only, as the sanitizer builds (mk/common.mk SAN_OPT): crash reports keep files and lines.
 # The host-only library's sources, as mk/common.mk's LIB_SRCS with the runtime of mk/host.mk.
 FUZZ_LIB_SRCS := $(sort $(foreach d,$(LIB_DIRS) src/config,$(wildcard $(d)/*.cpp)) \
                    $(filter-out src/gpu/runtime_%.cpp,$(wildcard src/gpu/*.cpp)) $(wildcard src/gpu/runtime_none.cpp))
 FUZZ_LIB_OBJS := $(patsubst %.cpp,$(FUZZ_BUILD)/obj/%.o,$(FUZZ_LIB_SRCS))
 FUZZ_LIB := $(FUZZ_BUILD)/lib/libpeerlink_fuzz.a
-FUZZ_CXXFLAGS := -std=c++17 -O1 -g -fno-omit-frame-pointer -Iinclude -Isrc -Itests $(FMT_INC) -DPEERLINK_HOST_ONLY \
+FUZZ_CXXFLAGS := -std=c++17 -O1 -gline-tables-only -fno-omit-frame-pointer -Iinclude -Isrc -Itests $(FMT_INC) -DPEERLINK_HOST_ONLY \
                  -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_RUN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
 EXTRA_TESTS += test-fuzz
 .PHONY: test-fuzz fuzz fuzz-build
+# One rule per target, so that `make -j2 test-fuzz` runs two fuzzers at once (each is one process on
+# one core for FUZZ_SECONDS: the same executions in half the wall time on two idle cores).
+FUZZ_RUNS := $(patsubst %,fuzz-run-%,$(FUZZ_TARGETS))
+.PHONY: $(FUZZ_RUNS)
 
 $(FUZZ_BUILD)/obj/%.o: %.cpp
 	@mkdir -p $(dir $@)
@@ -44,20 +49,19 @@ ifeq ($(FUZZ_HAVE_CXX),)
 test-fuzz fuzz:
 	@echo "test-fuzz: $(FUZZ_CXX) not found, skipping the libFuzzer targets ($(FUZZ_TARGETS)); install clang to run them"
 else
-test-fuzz fuzz: fuzz-build
-	@set -e; for n in $(FUZZ_TARGETS); do \
-	  mkdir -p $(FUZZ_BUILD)/corpus/$$n $(FUZZ_BUILD)/artifacts; \
-	  seeds=tests/fuzz/corpus/$$n; [ -d $$seeds ] || seeds=; \
-	  log=$(FUZZ_BUILD)/$$n.log; \
-	  echo "fuzz: $$n for $(FUZZ_SECONDS) s (seeds: $${seeds:-none})"; \
-	  if ! $(FUZZ_RUN_ENV) $(FUZZ_BUILD)/bin/$${n}_fuzz -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
-	       -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$n- \
-	       $(FUZZ_BUILD)/corpus/$$n $$seeds > $$log 2>&1; then \
-	    tail -60 $$log; echo "fuzz: $$n FAILED (log $$log, reproducer under $(FUZZ_BUILD)/artifacts/)"; exit 1; \
-	  fi; \
-	  grep -E "stat::number_of_executed_units|Done [0-9]+ runs" $$log | tail -1 | sed "s/^/fuzz: $$n: /"; \
-	done
+test-fuzz fuzz: $(FUZZ_RUNS)
 	@bash scripts/check_shm_clean.sh
+$(FUZZ_RUNS): fuzz-run-%: $(FUZZ_BUILD)/bin/%_fuzz
+	@mkdir -p $(FUZZ_BUILD)/corpus/$* $(FUZZ_BUILD)/artifacts
+	@seeds=tests/fuzz/corpus/$*; [ -d $$seeds ] || seeds=; \
+	log=$(FUZZ_BUILD)/$*.log; \
+	echo "fuzz: $* for $(FUZZ_SECONDS) s (seeds: $${seeds:-none})"; \
+	if ! $(FUZZ_RUN_ENV) $< -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	     -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/artifacts/$*- \
+	     $(FUZZ_BUILD)/corpus/$* $$seeds > $$log 2>&1; then \
+	  tail -60 $$log; echo "fuzz: $* FAILED (log $$log, reproducer under $(FUZZ_BUILD)/artifacts/)"; exit 1; \
+	fi; \
+	grep -E "stat::number_of_executed_units|Done [0-9]+ runs" $$log | tail -1 | sed "s/^/fuzz: $*: /"
 endif
 
 -include $(FUZZ_LIB_OBJS:.o=.d) $(FUZZ_BINS:=.d)

@@ -1,5 +1,5 @@
 # The NCCL-compatible library: $(BUILD)/lib/libnccl.so.2 (+ libnccl.so) from src/nccl/, compiled
-# against the system's nccl.h and linked to libpeerlink.so (public API only). Issue 16.
+# against the system's nccl.h and linked to libpeerlink.so (public API only).
 #   make nccl                      build it (skipped with a message when no nccl.h is found)
 #   make test-nccl                 the exports check (every function of nccl.h) + the C API tests
 #   make nccl NCCL_HOME=/path      nccl.h from /path/include (e.g. the pip wheel's nvidia/nccl)
@@ -47,11 +47,13 @@ $(BUILD)/obj/src/nccl/%.o: src/nccl/%.cpp
 
 # Exports exactly nccl* / pnccl* (mk/nccl.map): standard-library template instances stay local
 # (the libpeerlink.map lesson). -Bsymbolic-functions: our pnccl* and internal calls bind to our own
-# nccl*, whatever a profiler interposes. RUNPATH $ORIGIN finds libpeerlink.so next to it.
+# nccl*, whatever a profiler interposes. RUNPATH: $ORIGIN finds libpeerlink.so.N beside it in the
+# build tree, $ORIGIN/.. in an installed tree (<prefix>/lib/peerlink-nccl/libnccl.so.2, a directory
+# of its own so that it never shadows the system's NCCL, next to <prefix>/lib/libpeerlink.so.N).
 $(NCCL_SHIM): $(NCCL_SHIM_OBJS) $(LIB) mk/nccl.map
 	@mkdir -p $(dir $@)
 	$(CXX) -shared -o $@ $(NCCL_SHIM_OBJS) -Wl,-soname,libnccl.so.2 -Wl,--version-script=mk/nccl.map \
-	  -Wl,-Bsymbolic-functions -L$(BUILD)/lib -lpeerlink -Wl,-rpath,'$$ORIGIN' $(LDFLAGS_ALL) -ldl
+	  -Wl,-Bsymbolic-functions -L$(BUILD)/lib -lpeerlink -Wl,-rpath,'$$ORIGIN:$$ORIGIN/..' $(LDFLAGS_ALL) -ldl
 $(BUILD)/lib/libnccl.so: $(NCCL_SHIM)
 	ln -sf libnccl.so.2 $@
 

@@ -1,1 +1,1 @@
-__version__ = "0.1.0"
+__version__ = "0.9.0"  # the repository's VERSION file (make test-install checks that they agree)

@@ -45,7 +45,7 @@ AllreduceAlgo choose(size_t bytes, int world, bool host, bool nvlink) {
   return AllreduceAlgo::Bandwidth;
 }
 
-// `forced`: Options::allreduce_algo, parsed (Auto when unset).
+// `forced`: Options::allreduce_algo (Auto unless set).
 AllreduceAlgo resolve(AllreduceAlgo forced, int world, size_t bytes, bool host, bool nvlink) {
   AllreduceAlgo a = forced;
   if (a == AllreduceAlgo::ZeroCopy && world < 2) a = AllreduceAlgo::Auto;  // nothing to share
@@ -70,22 +70,22 @@ bool zero_copy_auto(size_t bytes, int world, bool host, bool nvlink) {
   return world == 4 && nvlink && bytes >= (size_t(16) << 20) && bytes < (size_t(128) << 20);
 }
 
-// The windows of a zero-copy allreduce, when it runs: forced (`forced`, Options::allreduce_algo parsed;
+// The windows of a zero-copy allreduce, when it runs: forced (`forced`, Options::allreduce_algo;
 // throws InvalidArgument where a buffer lies in no window every rank mapped) or by auto from
 // zero_copy_auto(). Buffers in no registered window get graph windows as the other collectives' do
 // (Options::coll_graph_register, collectives.cpp); every input of the choice is the same on every
-// rank (sizes, options, being captured, the window contract). Caller holds st.mu.
+// rank (sizes, options, being captured, the window contract). Caller holds the call lock.
 bool zero_copy_windows(coll::CollState& st, AllreduceAlgo forced, const void* src, void* dst, size_t bytes,
                        void* stream, const coll::Window** ws, const coll::Window** wr) {
-  const Options& o = st.svc->options();
-  if (st.world < 2) return false;
+  const Options& o = st.svc().options();
+  if (st.world() < 2) return false;
   if (forced != AllreduceAlgo::ZeroCopy &&
-      (forced != AllreduceAlgo::Auto || !zero_copy_auto(bytes, st.world, st.host, st.nvlink_all)))
+      (forced != AllreduceAlgo::Auto || !zero_copy_auto(bytes, st.world(), st.host(), st.nvlink_all())))
     return false;
-  if (!st.graph_windows.wins.empty()) coll::release_unheld_graph_windows(st);
-  *ws = st.windows.find(src, bytes);
-  *wr = st.windows.find(dst, bytes);
-  const bool capturing = !st.host && gpu::stream_is_capturing(stream);
+  if (!st.graph_windows().wins.empty()) coll::release_unheld_graph_windows(st);
+  *ws = st.windows().find(src, bytes);
+  *wr = st.windows().find(dst, bytes);
+  const bool capturing = !st.host() && gpu::stream_is_capturing(stream);
   if (o.coll_graph_register != 0 && (capturing || o.coll_graph_register == 2)) {
     void* graph = capturing ? stream : nullptr;
     if (!*ws) *ws = coll::graph_window(st, src, bytes, graph);
@@ -110,7 +110,7 @@ int clamp_blocks(size_t want, int hi) { return static_cast<int>(std::max<size_t>
 // GB/s busbw at 256 MB on 2x H200), 512 elsewhere; the LL kernel takes layout.h's ll_threads.
 // Options::allreduce_threads overrides both.
 int pick_threads(const coll::CollState& st, AllreduceAlgo a) {
-  if (st.threads > 0) return st.threads;
+  if (st.threads() > 0) return st.threads();
   return a == AllreduceAlgo::Bandwidth ? 1024 : 512;
 }
 
@@ -118,7 +118,7 @@ int pick_threads(const coll::CollState& st, AllreduceAlgo a) {
 // latency is one pass), two-shot two units of the shard (measured: more blocks only add flags),
 // bandwidth the whole GPU.
 int pick_blocks(const coll::CollState& st, AllreduceAlgo a, const coll::Split& s, size_t elem, int threads) {
-  if (st.blocks_override > 0) return st.blocks_override;
+  if (st.blocks_override() > 0) return st.blocks_override();
   const int all = coll::whole_gpu_blocks(st);
   size_t bytes = s.shard * elem;
   switch (a) {
@@ -128,60 +128,44 @@ int pick_blocks(const coll::CollState& st, AllreduceAlgo a, const coll::Split& s
   }
 }
 
-// Throws the error a kernel recorded (caller holds st.mu). The communicator's collectives stay
+// Throws the error a kernel recorded (caller holds the call lock). The communicator's collectives stay
 // unusable afterwards: flags and counters of the ranks no longer agree.
 void check_device_error(coll::CollState& st) {
-  if (st.broken) std::rethrow_exception(st.broken);
-  if (st.host || !st.error) return;
-  uint32_t code = *reinterpret_cast<volatile uint32_t*>(st.error);
+  st.rethrow_if_broken();
+  if (st.host() || !st.error_word()) return;
+  uint32_t code = *reinterpret_cast<volatile uint32_t*>(st.error_word());
   if (code == 0) return;
   int peer = static_cast<int>((code >> 8) & 0xff);
   if ((code & 0xff) == coll::kErrWindowMismatch) {
-    st.broken = std::make_exception_ptr(InvalidArgument(
-        cat("zero-copy collective on device ", st.svc->device(), " (rank ", st.rank, "): rank ", peer,
+    st.set_broken(std::make_exception_ptr(InvalidArgument(
+        cat("zero-copy collective on device ", st.svc().device(), " (rank ", st.rank(), "): rank ", peer,
             " passed a recvbuf at another offset of the window, another window or another shape (every rank must "
             "pass the same window offset); that call's output is undefined and this communicator's collectives are "
-            "unusable")));
-    std::rethrow_exception(st.broken);
+            "unusable"))));
+    st.rethrow_if_broken();
   }
   // The error word is the communicator's, shared by every collective, and read by the next call of
   // any of them: the message names no one operation (it said "allreduce" after a broadcast's wait).
-  std::string what = cat("collective on device ", st.svc->device(), " (rank ", st.rank, "): a kernel waited longer than ",
-                         st.svc->options().timeout.count(), " ms for rank ", peer,
+  std::string what = cat("collective on device ", st.svc().device(), " (rank ", st.rank(), "): a kernel waited longer than ",
+                         st.svc().options().timeout.count(), " ms for rank ", peer,
                          "; this communicator's collectives are unusable");
   try {
-    if (peer >= 0 && peer < st.world && peer != st.rank) st.svc->check_peer_alive(peer);
-    st.broken = std::make_exception_ptr(TimeoutError(what));
+    if (peer >= 0 && peer < st.world() && peer != st.rank()) st.svc().check_peer_alive(peer);
+    st.set_broken(std::make_exception_ptr(TimeoutError(what)));
   } catch (const PeerLostError& e) {
-    st.broken = std::make_exception_ptr(PeerLostError(cat(what, " (", e.what(), ")")));
+    st.set_broken(std::make_exception_ptr(PeerLostError(cat(what, " (", e.what(), ")"))));
   }
-  std::rethrow_exception(st.broken);
-}
-
-// Calls on different streams must not overlap on the device (they share counters and scratch):
-// order_event is recorded after every launch outside graph capture, and a call on another stream
-// first waits for it. Inside a capture, the order of captured work is the graph's (events cannot
-// cross the capture boundary), so nothing is recorded or waited for there.
-template <typename Launch>
-void in_stream_order(coll::CollState& st, void* stream, Launch&& launch) {
-  const bool capturing = gpu::stream_is_capturing(stream);
-  if (!capturing && st.event_valid && stream != st.last_stream) gpu::stream_wait_event(stream, st.order_event);
-  launch();
-  if (!capturing) {
-    gpu::event_record(st.order_event, stream);
-    st.event_valid = true;
-  }
-  st.last_stream = stream;
+  st.rethrow_if_broken();
 }
 
 void device_allreduce(coll::CollState& st, const void* src, void* dst, size_t count, DataType dtype,
                       ReduceOp op, AllreduceAlgo algo, const coll::Window* ws, const coll::Window* wr, void* stream) {
   // The launch and the event calls run on the communicator's device; the caller's current device
   // is put back on return (costs one runtime query when it already is the right one).
-  gpu::DeviceGuard dg(st.device);
+  gpu::DeviceGuard dg(st.device());
   const size_t elem = dtype_size(dtype);
   if (algo == AllreduceAlgo::ZeroCopy)
-    return in_stream_order(st, stream, [&] {
+    return st.launch_in_order(stream, [&] {
       coll::zc_allreduce(st, *ws, *wr, src, dst, count, elem, static_cast<int>(dtype), static_cast<int>(op), stream);
     });
   coll::LaunchArgs a;
@@ -190,16 +174,16 @@ void device_allreduce(coll::CollState& st, const void* src, void* dst, size_t co
   a.dtype = static_cast<int>(dtype);
   a.op = static_cast<int>(op);
   a.one_shot = algo == AllreduceAlgo::OneShot;
-  a.rank = st.rank;
-  a.world = st.world;
+  a.rank = st.rank();
+  a.world = st.world();
   a.threads = pick_threads(st, algo);
-  a.layout = st.layout;
+  a.layout = st.layout();
   const size_t bytes = count * elem;
   // LL128 where the pairs allow it (coll_state.cpp) and the message is above kLl128Above; LL below.
-  const bool ll128_ok = bytes <= st.ll128_max && !st.generic_oneshot;
-  a.ll = a.one_shot && bytes <= st.ll_max && !(ll128_ok && bytes > kLl128Above);
+  const bool ll128_ok = bytes <= st.ll128_max() && !st.generic_oneshot();
+  a.ll = a.one_shot && bytes <= st.ll_max() && !(ll128_ok && bytes > kLl128Above);
   a.ll128 = a.one_shot && !a.ll && ll128_ok;
-  if (a.ll && st.threads <= 0) a.threads = coll::ll_threads(bytes);
+  if (a.ll && st.threads() <= 0) a.threads = coll::ll_threads(bytes);
   if (a.ll128) {
     // Whole warps (a lane group of 8 per line; 64 covers CUDA's and HIP's warp) and enough of them
     // for one pass (one warp store of 4 lines each) up to the flag area's kMaxBlocks, even past one
@@ -211,35 +195,35 @@ void device_allreduce(coll::CollState& st, const void* src, void* dst, size_t co
     // 9.93-9.96 (384: 4.22-4.24, 6.42-6.45, 10.45-10.51; 576: 4.44-4.45, 5.97-6.00, 9.69-9.70);
     // call 7, another machine: 1 MB 5.96-6.00 / 5.90-5.95, 2 MB 10.01-10.03 / 9.91-9.96. Not
     // measured on H100.
-    if (st.threads <= 0) a.threads = bytes > (size_t(2) << 20) ? 1024 : 448;
+    if (st.threads() <= 0) a.threads = bytes > (size_t(2) << 20) ? 1024 : 448;
     a.threads = std::max(64, a.threads / 64 * 64);
-    a.split = coll::make_split(count, elem, st.world, st.layout.cap, true, 1);  // count only
+    a.split = coll::make_split(count, elem, st.world(), st.layout().cap, true, 1);  // count only
     size_t stores = (coll::ll128_lines(bytes) + 3) / 4;
     size_t warps = size_t(a.threads) / 32;
-    a.blocks = st.blocks_override > 0 ? st.blocks_override : clamp_blocks((stores + warps - 1) / warps, st.grid_cap);
+    a.blocks = st.blocks_override() > 0 ? st.blocks_override() : clamp_blocks((stores + warps - 1) / warps, st.grid_cap());
   } else if (a.ll) {
-    a.split = coll::make_split(count, elem, st.world, st.layout.cap, true, 1);  // count only
+    a.split = coll::make_split(count, elem, st.world(), st.layout().cap, true, 1);  // count only
     size_t words = (bytes + 7) / 8;
-    a.blocks = st.blocks_override > 0
-                   ? st.blocks_override
+    a.blocks = st.blocks_override() > 0
+                   ? st.blocks_override()
                    : clamp_blocks((words + a.threads - 1) / a.threads, coll::whole_gpu_blocks(st));
     a.ll_words_per_block = (words + a.blocks - 1) / a.blocks;
   } else {
     // The grid is chosen from the first step and then fixed for every step of the call (layout.h).
-    coll::Split probe = coll::make_split(count, elem, st.world, st.layout.cap, a.one_shot, 1);
+    coll::Split probe = coll::make_split(count, elem, st.world(), st.layout().cap, a.one_shot, 1);
     a.blocks = pick_blocks(st, algo, probe, elem, a.threads);
-    a.split = coll::make_split(count, elem, st.world, st.layout.cap, a.one_shot, a.blocks);
+    a.split = coll::make_split(count, elem, st.world(), st.layout().cap, a.one_shot, a.blocks);
   }
-  for (int r = 0; r < st.world; ++r) {
-    a.data[r] = st.data[r];
-    a.flags[r] = st.flags[r];
+  for (int r = 0; r < st.world(); ++r) {
+    a.data[r] = st.data(r);
+    a.flags[r] = st.flags(r);
   }
-  a.error = st.error;
-  a.pdl = st.pdl;
-  a.generic_oneshot = st.generic_oneshot;
-  a.timeout_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(st.svc->options().timeout).count());
+  a.error = st.error_word();
+  a.pdl = st.pdl();
+  a.generic_oneshot = st.generic_oneshot();
+  a.timeout_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(st.svc().options().timeout).count());
 
-  in_stream_order(st, stream, [&] { coll::launch_allreduce(a, stream); });
+  st.launch_in_order(stream, [&] { coll::launch_allreduce(a, stream); });
 }
 
 }  // namespace
@@ -250,13 +234,13 @@ void coll::check_collective_error(coll::CollState& st) { check_device_error(st);
 AllreduceAlgo allreduce_algo_for(Communicator& comm, size_t bytes) {
   const detail::CommServices& svc = detail::services(comm);
   const bool host = comm.device() == kHostDevice;
-  return resolve(parse_allreduce_algo(svc.options().allreduce_algo), comm.world_size(), bytes, host, !host && coll::nvlink_to_all(svc, comm.world_size()));
+  return resolve(svc.options().allreduce_algo, comm.world_size(), bytes, host, !host && coll::nvlink_to_all(svc, comm.world_size()));
 }
 
 void allreduce_check(Communicator& comm) {
   auto call = detail::services(comm).begin("allreduce_check");  // close() waits for us (defect #2)
   coll::CollState& st = coll::coll_state(comm);
-  std::lock_guard<std::mutex> g(st.mu);
+  auto g = st.lock_calls();
   check_device_error(st);
 }
 
@@ -280,14 +264,14 @@ void allreduce(Communicator& comm, const void* sendbuf, void* recvbuf, size_t co
   auto call = detail::services(comm).begin("allreduce");
   if (comm.world_size() == 1) return coll::one_rank_copy(detail::services(comm), recvbuf, sendbuf, bytes, stream);
   coll::CollState& st = coll::coll_state(comm);
-  std::lock_guard<std::mutex> g(st.mu);
+  auto g = st.lock_calls();
   check_device_error(st);
-  const AllreduceAlgo forced = parse_allreduce_algo(st.svc->options().allreduce_algo);
-  AllreduceAlgo algo = resolve(forced, st.world, bytes, st.host, st.nvlink_all);
+  const AllreduceAlgo forced = st.svc().options().allreduce_algo;
+  AllreduceAlgo algo = resolve(forced, st.world(), bytes, st.host(), st.nvlink_all());
   if (count == 0) return;
   const coll::Window *ws = nullptr, *wr = nullptr;
   if (zero_copy_windows(st, forced, sendbuf, recvbuf, bytes, stream, &ws, &wr)) algo = AllreduceAlgo::ZeroCopy;
-  if (st.host) {
+  if (st.host()) {
     try {
       if (algo == AllreduceAlgo::ZeroCopy)
         coll::zc_allreduce(st, *ws, *wr, sendbuf, recvbuf, count, elem, static_cast<int>(dtype), static_cast<int>(op),
@@ -295,15 +279,8 @@ void allreduce(Communicator& comm, const void* sendbuf, void* recvbuf, size_t co
       else
         coll::host_allreduce(st, sendbuf, recvbuf, count, static_cast<int>(dtype), static_cast<int>(op),
                              algo == AllreduceAlgo::OneShot);
-    } catch (const TimeoutError& e) {
-      st.broken = std::make_exception_ptr(TimeoutError(cat(e.what(), "; this communicator's collectives are unusable")));
-      throw;
-    } catch (const PeerLostError& e) {
-      st.broken = std::make_exception_ptr(PeerLostError(cat(e.what(), "; this communicator's collectives are unusable")));
-      throw;
-    } catch (...) {  // e.g. Options::interrupt_check abandoned the wait: the ranks are out of step
-      st.broken = std::make_exception_ptr(Error(cat("allreduce (rank ", st.rank, "): an earlier call on this communicator "
-                                                    "was abandoned mid-protocol; its collectives are unusable")));
+    } catch (...) {
+      st.set_broken_by_current_exception("allreduce");
       throw;
     }
     return;

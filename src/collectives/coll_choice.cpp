@@ -13,7 +13,9 @@ namespace peerlink::coll {
 
 using common::cat;
 
-static const std::string& algo_field(const Options& o, int kind) {
+// The algorithm Options force on this kind of collective (Auto unless set; an enum parsed once, when
+// the Options were read).
+static CollAlgo forced_algo(const Options& o, int kind) {
   switch (kind) {
     case coll::kAllGather: return o.all_gather_algo;
     case coll::kReduceScatter: return o.reduce_scatter_algo;
@@ -76,12 +78,12 @@ static bool zc_wanted(const Options& o, const CollCall& c, CollAlgo forced) {
 // being captured: graph_windows.h); a buffer in a window that is not zero-copy keeps that window.
 const coll::Window* graph_window_for(coll::CollState& st, const CollCall& c, const void* buf, size_t bytes,
                                      const coll::Window* w, void* stream) {
-  const Options& o = st.svc->options();
-  if (!st.graph_windows.wins.empty()) coll::release_unheld_graph_windows(st);
-  if (w || !buf || o.coll_graph_register == 0 || st.world < 2 || !zc_kind(c.d.kind) || c.d.count == 0 ||
-      !zc_wanted(o, c, parse_coll_algo(algo_field(o, c.d.kind))))
+  const Options& o = st.svc().options();
+  if (!st.graph_windows().wins.empty()) coll::release_unheld_graph_windows(st);
+  if (w || !buf || o.coll_graph_register == 0 || st.world() < 2 || !zc_kind(c.d.kind) || c.d.count == 0 ||
+      !zc_wanted(o, c, forced_algo(o, c.d.kind)))
     return w;
-  const bool capturing = !st.host && gpu::stream_is_capturing(stream);
+  const bool capturing = !st.host() && gpu::stream_is_capturing(stream);
   if (!capturing && o.coll_graph_register != 2) return w;
   return coll::graph_window(st, buf, bytes, capturing ? stream : nullptr);
 }
@@ -91,14 +93,14 @@ const coll::Window* graph_window_for(coll::CollState& st, const CollCall& c, con
 // every rank. Auto takes it for the moving kinds from Options::coll_zero_copy_min bytes per piece
 // (measured: options.h), for the reducing kinds from pull_min() (0 = never, for both).
 CollAlgo choose_algo(const coll::CollState& st, const CollCall& c, const coll::Window* w) {
-  const Options& o = st.svc->options();
-  CollAlgo forced = parse_coll_algo(algo_field(o, c.d.kind));
+  const Options& o = st.svc().options();
+  CollAlgo forced = forced_algo(o, c.d.kind);
   size_t piece_bytes = coll::local_max_piece(c.d) * c.d.elem;
-  const bool zc_ok = w && w->zero_copy && zc_kind(c.d.kind) && st.world >= 2;
+  const bool zc_ok = w && w->zero_copy && zc_kind(c.d.kind) && st.world() >= 2;
   if (forced == CollAlgo::ZeroCopy) {
     if (!zc_kind(c.d.kind))
       throw InvalidArgument(cat(c.name, ": zero_copy forced (Options) but all_to_all_v has no zero-copy path"));
-    if (st.world < 2) return CollAlgo::Push;
+    if (st.world() < 2) return CollAlgo::Push;
     if (!zc_ok) {
       size_t bytes = 0;
       const void* b = zc_buffer(c.d, c.src, c.dst, &bytes);
@@ -111,35 +113,35 @@ CollAlgo choose_algo(const coll::CollState& st, const CollCall& c, const coll::W
   if (forced == CollAlgo::Auto && zc_ok && zc_wanted(o, c, forced)) return CollAlgo::ZeroCopy;
   // An empty piece still sends a token line: LL needs an LL area (allreduce_ll_max > 0).
   if (forced == CollAlgo::LL) {
-    if (piece_bytes > st.ll_max || st.ll_max == 0)
+    if (piece_bytes > st.ll_max() || st.ll_max() == 0)
       throw InvalidArgument(cat(c.name, ": LL forced (Options) but a piece of ", piece_bytes,
-                                " bytes exceeds the LL area's ", st.ll_max, " bytes (allreduce_ll_max)"));
+                                " bytes exceeds the LL area's ", st.ll_max(), " bytes (allreduce_ll_max)"));
     return CollAlgo::LL;
   }
   if (c.d.kind == coll::kAllToAllV) return CollAlgo::Push;
   if (forced == CollAlgo::LL128) {
-    if (st.ll128_max == 0 || piece_bytes > st.ll128_max)
+    if (st.ll128_max() == 0 || piece_bytes > st.ll128_max())
       throw InvalidArgument(cat(c.name, ": LL128 forced (Options) but ",
-                                st.ll128_max == 0 ? std::string("this communicator has no LL128 lines (HIP, allreduce_ll128_max "
+                                st.ll128_max() == 0 ? std::string("this communicator has no LL128 lines (HIP, allreduce_ll128_max "
                                                                 "0, or a pair that is neither NVLink nor one GPU)")
                                                   : cat("a piece of ", piece_bytes, " bytes exceeds the LL128 area's ",
-                                                        st.ll128_max, " bytes (allreduce_ll128_max)")));
+                                                        st.ll128_max(), " bytes (allreduce_ll128_max)")));
     return CollAlgo::LL128;
   }
-  if (forced == CollAlgo::CopyEngine) return st.host || st.world < 2 ? CollAlgo::Push : CollAlgo::CopyEngine;
+  if (forced == CollAlgo::CopyEngine) return st.host() || st.world() < 2 ? CollAlgo::Push : CollAlgo::CopyEngine;
   if (forced == CollAlgo::Push) return CollAlgo::Push;
   // Options::validate refused two_hop for the other kinds when the communicator was made.
-  if (forced == CollAlgo::TwoHop) return st.world < 2 ? CollAlgo::Push : CollAlgo::TwoHop;
-  if (!st.host && st.world >= 2 && ce_kind(c.d.kind) && o.coll_ce_min > 0 && piece_bytes >= o.coll_ce_min)
+  if (forced == CollAlgo::TwoHop) return st.world() < 2 ? CollAlgo::Push : CollAlgo::TwoHop;
+  if (!st.host() && st.world() >= 2 && ce_kind(c.d.kind) && o.coll_ce_min > 0 && piece_bytes >= o.coll_ce_min)
     return CollAlgo::CopyEngine;
-  const size_t ll128_above = st.host ? kHostLl128Above : kCollLl128Above;
-  if (st.ll128_max > 0 && piece_bytes > ll128_above && piece_bytes <= st.ll128_max) return CollAlgo::LL128;
-  size_t ll_max = std::min(st.ll_max, o.coll_ll_max);  // host: st.ll_max is its 16 KB area
+  const size_t ll128_above = st.host() ? kHostLl128Above : kCollLl128Above;
+  if (st.ll128_max() > 0 && piece_bytes > ll128_above && piece_bytes <= st.ll128_max()) return CollAlgo::LL128;
+  size_t ll_max = std::min(st.ll_max(), o.coll_ll_max);  // host: st.ll_max() is its 16 KB area
   if (ll_max > 0 && piece_bytes <= ll_max) return CollAlgo::LL;
   // Rooted kinds on 3+ ranks: the push path's root link carries the buffer world - 1 times, the
   // two-hop plan's about once for one more step (coll_plan.h). Chosen by that count: NOT YET
   // MEASURED on 3+ GPUs (none was lent in session 25; its correctness ran on one and two GPUs).
-  return coll::rooted(c.d.kind) && st.world >= 3 ? CollAlgo::TwoHop : CollAlgo::Push;
+  return coll::rooted(c.d.kind) && st.world() >= 3 ? CollAlgo::TwoHop : CollAlgo::Push;
 }
 
 }  // namespace peerlink::coll

@@ -155,13 +155,13 @@ void host_reduce(int dtype, int op, const Pull& pl, int n) {
 void host_run(CollState& st, uint64_t tag, const Push* push, const Push& own, const Pull& pull, int dtype, int op,
               const std::string& bad) {
   zc_host_enter(st, tag, bad);
-  for (int p = 0; p < st.world; ++p) {
+  for (int p = 0; p < st.world(); ++p) {
     if (!push[p].bytes) continue;
     if (push[p].local) std::swap_ranges(push[p].local, push[p].local + push[p].bytes, push[p].to);
     else std::memcpy(push[p].to, push[p].from, push[p].bytes);
   }
   if (own.bytes && own.to != own.from) std::memmove(own.to, own.from, own.bytes);
-  if (pull.count) host_reduce(dtype, op, pull, st.world);
+  if (pull.count) host_reduce(dtype, op, pull, st.world());
   zc_host_step(st);  // our pushes landed, our reads of the peers' sendbufs are done
 }
 
@@ -207,33 +207,33 @@ void fit_push_and_own(int cap, int* push, int* own) {
 // coll_zero_copy_ce_min bytes (measured on 2 GPUs only). Swaps never (an engine cannot exchange).
 bool pushes_by_engine(const CollState& st, const Push* push, bool swap) {
   if (swap) return false;
-  const Options& o = st.svc->options();
+  const Options& o = st.svc().options();
   if (o.coll_zero_copy_ce) return true;
-  if (st.world != 2 || o.coll_zero_copy_ce_min == 0) return false;
+  if (st.world() != 2 || o.coll_zero_copy_ce_min == 0) return false;
   size_t most = 0;
-  for (int p = 0; p < st.world; ++p) most = std::max(most, push[p].bytes);
+  for (int p = 0; p < st.world(); ++p) most = std::max(most, push[p].bytes);
   return most >= o.coll_zero_copy_ce_min;
 }
 
 void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, const Pull& pull, bool swap, int dtype,
                 int op, void* stream) {
-  gpu::DeviceGuard dg(st.device);
+  gpu::DeviceGuard dg(st.device());
   const LaunchArgs a = zc_step_args(st);
   const bool own_copy = own.bytes && own.to != own.from;
   gpu::Stream A = stream;
   launch_zc_step(a, tag, A);
   if (pull.count) {  // the pull kernel reads the peers' sendbufs in place (zc_kernels.cu)
     CeReduceArgs ra;
-    for (int r = 0; r < st.world; ++r) ra.ins[r] = pull.ins[r];
-    ra.nin = st.world;
+    for (int r = 0; r < st.world(); ++r) ra.ins[r] = pull.ins[r];
+    ra.nin = st.world();
     ra.out = pull.out;
     ra.count = pull.count;
     ra.dtype = dtype;
     ra.op = op;
     const size_t e = pull.elem;
-    ra.blocks = st.blocks_override > 0
-                    ? st.blocks_override
-                    : int(std::min<size_t>(std::min(kZcPullBlocks, st.grid_cap), std::max<size_t>(1, pull.count * e / (512 * 16))));
+    ra.blocks = st.blocks_override() > 0
+                    ? st.blocks_override()
+                    : int(std::min<size_t>(std::min(kZcPullBlocks, st.grid_cap()), std::max<size_t>(1, pull.count * e / (512 * 16))));
     ra.per_block = round_up((pull.count + ra.blocks - 1) / ra.blocks, 16 / e);
     launch_zc_pull(ra, A);
   } else if (!pushes_by_engine(st, push, swap)) {
@@ -241,7 +241,7 @@ void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, 
     // always take it (a copy engine cannot exchange two ranges without a third).
     ZcCopyArgs c;
     c.swap = swap;
-    for (int p = 0; p < st.world; ++p) {
+    for (int p = 0; p < st.world(); ++p) {
       if (!push[p].bytes) continue;
       c.from[c.n] = push[p].from;
       c.to[c.n] = push[p].to;
@@ -253,25 +253,25 @@ void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, 
       c.own_to = own.to;
       c.own_bytes = own.bytes;
     }
-    c.threads = st.threads > 0 ? st.threads : kZcThreads;
-    c.push_blocks = st.blocks_override > 0 ? st.blocks_override : kZcPushBlocks;
+    c.threads = st.threads() > 0 ? st.threads() : kZcThreads;
+    c.push_blocks = st.blocks_override() > 0 ? st.blocks_override() : kZcPushBlocks;
     c.own_blocks = kZcOwnBlocks;
-    if (st.blocks_override <= 0) fit_push_and_own(st.grid_cap, &c.push_blocks, &c.own_blocks);
+    if (st.blocks_override() <= 0) fit_push_and_own(st.grid_cap(), &c.push_blocks, &c.own_blocks);
     launch_zc_copy(c, A);
   } else {
     // Copy engines: the own piece on B, each push split over the lanes (forked from A, joined back).
-    const int lanes = std::max(1, st.ce_lanes);
-    gpu::Stream B = st.ce_streams[0].get();
-    auto ev = [&](int i) { return st.ce_events[i].get(); };
-    auto lane = [&](int l) { return l == 0 ? A : st.ce_streams[l].get(); };
+    const int lanes = std::max(1, st.ce_lanes());
+    gpu::Stream B = st.ce_stream(0);
+    auto ev = [&](int i) { return st.ce_event(i); };
+    auto lane = [&](int l) { return l == 0 ? A : st.ce_stream(l); };
     gpu::event_record(ev(kZcFork), A);
     if (own_copy) {
       gpu::stream_wait_event(B, ev(kZcFork));
       gpu::memcpy_async(own.to, own.from, own.bytes, B);
       gpu::event_record(ev(kZcOwnDone), B);
     }
-    for (int l = 1; l < lanes; ++l) gpu::stream_wait_event(st.ce_streams[l].get(), ev(kZcFork));
-    for (int p = 0; p < st.world; ++p) {  // 16-byte multiples per lane
+    for (int l = 1; l < lanes; ++l) gpu::stream_wait_event(st.ce_stream(l), ev(kZcFork));
+    for (int p = 0; p < st.world(); ++p) {  // 16-byte multiples per lane
       const Push& x = push[p];
       if (!x.bytes) continue;
       const size_t part = round_up((x.bytes + lanes - 1) / lanes, 16);
@@ -282,7 +282,7 @@ void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, 
       }
     }
     for (int l = 1; l < lanes; ++l) {
-      gpu::event_record(ev(kZcLaneJoin + l - 1), st.ce_streams[l].get());
+      gpu::event_record(ev(kZcLaneJoin + l - 1), st.ce_stream(l));
       gpu::stream_wait_event(A, ev(kZcLaneJoin + l - 1));
     }
     if (own_copy) gpu::stream_wait_event(A, ev(kZcOwnDone));
@@ -293,13 +293,13 @@ void device_run(CollState& st, uint64_t tag, const Push* push, const Push& own, 
 // The relay broadcast on the GPU: entry step | relay kernel (zc_kernels.cu) | exit step.
 constexpr int kRelayPushBlocks = 64;
 void device_relay(CollState& st, uint64_t tag, ZcRelayArgs r, void* stream) {
-  gpu::DeviceGuard dg(st.device);
+  gpu::DeviceGuard dg(st.device());
   const LaunchArgs a = zc_step_args(st);
   launch_zc_step(a, tag, stream);
-  r.threads = st.threads > 0 ? st.threads : kZcThreads;
-  r.push_blocks = st.blocks_override > 0 ? std::min(st.blocks_override, kMaxBlocks - kZcOwnBlocks) : kRelayPushBlocks;
+  r.threads = st.threads() > 0 ? st.threads() : kZcThreads;
+  r.push_blocks = st.blocks_override() > 0 ? std::min(st.blocks_override(), kMaxBlocks - kZcOwnBlocks) : kRelayPushBlocks;
   r.own_blocks = kZcOwnBlocks;
-  if (st.blocks_override <= 0) fit_push_and_own(st.grid_cap, &r.push_blocks, &r.own_blocks);
+  if (st.blocks_override() <= 0) fit_push_and_own(st.grid_cap(), &r.push_blocks, &r.own_blocks);
   launch_zc_relay(a, r, stream);
   launch_ce_step(a, false, stream);
 }
@@ -322,7 +322,7 @@ void zc_collective(CollState& st, const CollDesc& d, int dtype, int op, const Wi
     ZcRelayArgs r;
     const std::string bad = relay_plan(d, w, s, t, &r);
     const uint64_t tag = call_tag(d, w, size_t(t - w.base), false);
-    if (st.host) return host_relay(st, tag, r, bad);
+    if (st.host()) return host_relay(st, tag, r, bad);
     if (!bad.empty()) return zc_refuse(st, tag, bad, stream);
     return device_relay(st, tag, r, stream);
   }
@@ -330,7 +330,7 @@ void zc_collective(CollState& st, const CollDesc& d, int dtype, int op, const Wi
   if (swap && bad.empty()) as_swaps(d, t, push);
   // The window holds recvbuf (moving kinds) or sendbuf (reducing kinds): its offset is in the tag.
   const uint64_t tag = call_tag(d, w, size_t((red ? s : t) - w.base), swap) ^ uint64_t(op);
-  if (st.host) return host_run(st, tag, push, own, pull, dtype, op, bad);
+  if (st.host()) return host_run(st, tag, push, own, pull, dtype, op, bad);
   if (!bad.empty()) return zc_refuse(st, tag, bad, stream);
   device_run(st, tag, push, own, pull, swap, dtype, op, stream);
 }

@@ -64,8 +64,8 @@ void device_run(coll::CollState& st, const Call& c, CollAlgo algo, const coll::W
   a.dtype = static_cast<int>(c.dtype);
   a.op = static_cast<int>(c.op);
   coll::fill_state_args(st, a);
-  a.pdl = st.pdl;
-  a.threads = st.threads > 0 ? st.threads : 512;
+  a.pdl = st.pdl();
+  a.threads = st.threads() > 0 ? st.threads() : 512;
   const int all = coll::whole_gpu_blocks(st);
   L.d = c.d;
   const size_t elem = c.d.elem;
@@ -73,9 +73,9 @@ void device_run(coll::CollState& st, const Call& c, CollAlgo algo, const coll::W
     // The LL grid need not agree across ranks (every line carries its own flag; layout.h).
     L.ll = true;
     const size_t piece_bytes = coll::local_max_piece(c.d) * elem;
-    if (st.threads <= 0) a.threads = coll::ll_threads(piece_bytes);
+    if (st.threads() <= 0) a.threads = coll::ll_threads(piece_bytes);
     size_t words = (piece_bytes + 7) / 8;
-    a.blocks = st.blocks_override > 0 ? st.blocks_override : clamp_int((words + a.threads - 1) / a.threads, 1, all);
+    a.blocks = st.blocks_override() > 0 ? st.blocks_override() : clamp_int((words + a.threads - 1) / a.threads, 1, all);
     L.ll_words_per_block = std::max<size_t>(1, (words + a.blocks - 1) / a.blocks);
   } else if (algo == CollAlgo::LL128) {
     // As allreduce's LL128 grid (allreduce.cpp): whole warps, enough for one warp store of the
@@ -84,26 +84,21 @@ void device_run(coll::CollState& st, const Call& c, CollAlgo algo, const coll::W
     const size_t lines = coll::ll128_lines(coll::local_max_piece(c.d) * elem);
     a.threads = std::max(64, a.threads / 64 * 64);
     const size_t warps = size_t(a.threads) / 32, stores = (lines + 3) / 4;
-    a.blocks = st.blocks_override > 0 ? st.blocks_override : clamp_int((stores + warps - 1) / warps, 1, st.grid_cap);
+    a.blocks = st.blocks_override() > 0 ? st.blocks_override() : clamp_int((stores + warps - 1) / warps, 1, st.grid_cap());
   } else {
     L.two_hop = algo == CollAlgo::TwoHop;
-    coll::PushGrid g = coll::push_grid(c.d, st.layout.cap, a.threads, all, st.blocks_override, L.two_hop);
+    coll::PushGrid g = coll::push_grid(c.d, st.layout().cap, a.threads, all, st.blocks_override(), L.two_hop);
     L.chunk = g.chunk;
     L.steps = g.steps;
     L.per_block = g.per_block;
     a.blocks = g.blocks;
   }
   // Stream ordering across calls on different streams: as allreduce (allreduce.cpp).
-  const bool capturing = gpu::stream_is_capturing(stream);
-  if (!capturing && st.event_valid && stream != st.last_stream) gpu::stream_wait_event(stream, st.order_event);
-  if (algo == CollAlgo::ZeroCopy) coll::zc_collective(st, c.d, a.dtype, a.op, *w, c.src, c.dst, stream);
-  else if (algo == CollAlgo::CopyEngine) coll::ce_collective(st, c.d, a.dtype, a.op, c.src, c.dst, stream);
-  else coll::launch_collective(L, stream);
-  if (!capturing) {
-    gpu::event_record(st.order_event, stream);
-    st.event_valid = true;
-  }
-  st.last_stream = stream;
+  st.launch_in_order(stream, [&] {
+    if (algo == CollAlgo::ZeroCopy) coll::zc_collective(st, c.d, a.dtype, a.op, *w, c.src, c.dst, stream);
+    else if (algo == CollAlgo::CopyEngine) coll::ce_collective(st, c.d, a.dtype, a.op, c.src, c.dst, stream);
+    else coll::launch_collective(L, stream);
+  });
 }
 
 void run(Communicator& comm, Call& c, void* stream) {
@@ -114,33 +109,26 @@ void run(Communicator& comm, Call& c, void* stream) {
     return coll::one_rank_collective(detail::services(comm), c.d, c.src, c.dst, stream);
   }
   coll::CollState& st = coll::coll_state(comm);
-  std::lock_guard<std::mutex> g(st.mu);
+  auto g = st.lock_calls();
   coll::check_collective_error(st);
-  c.d.rank = st.rank;
-  c.d.world = st.world;
+  c.d.rank = st.rank();
+  c.d.world = st.world();
   size_t zc_bytes = 0;
   const void* zc_buf = coll::zc_buffer(c.d, c.src, c.dst, &zc_bytes);
-  const coll::Window* w = coll::zc_kind(c.d.kind) && zc_buf ? st.windows.find(zc_buf, zc_bytes) : nullptr;
+  const coll::Window* w = coll::zc_kind(c.d.kind) && zc_buf ? st.windows().find(zc_buf, zc_bytes) : nullptr;
   w = coll::graph_window_for(st, c, zc_buf, zc_bytes, w, stream);
   CollAlgo algo = coll::choose_algo(st, c, w);
   // Nothing moves, on any rank (counts are equal everywhere); all_to_all_v always runs (a rank
   // with nothing to move still takes part in the others' steps).
   if (c.d.kind != coll::kAllToAllV && c.d.count == 0) return;
-  if (!st.host) return device_run(st, c, algo, w, stream);
+  if (!st.host()) return device_run(st, c, algo, w, stream);
   try {
     if (algo == CollAlgo::ZeroCopy)
       coll::zc_collective(st, c.d, static_cast<int>(c.dtype), static_cast<int>(c.op), *w, c.src, c.dst, nullptr);
     else
       coll::host_collective(st, c.d, static_cast<int>(c.dtype), static_cast<int>(c.op), c.src, c.dst, algo);
-  } catch (const TimeoutError& e) {
-    st.broken = std::make_exception_ptr(TimeoutError(cat(e.what(), "; this communicator's collectives are unusable")));
-    throw;
-  } catch (const PeerLostError& e) {
-    st.broken = std::make_exception_ptr(PeerLostError(cat(e.what(), "; this communicator's collectives are unusable")));
-    throw;
-  } catch (...) {  // e.g. Options::interrupt_check abandoned a wait: the ranks are out of step
-    st.broken = std::make_exception_ptr(Error(cat(c.name, " (rank ", st.rank, "): an earlier call on this communicator "
-                                                  "was abandoned mid-protocol; its collectives are unusable")));
+  } catch (...) {
+    st.set_broken_by_current_exception(c.name);
     throw;
   }
 }

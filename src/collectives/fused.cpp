@@ -139,12 +139,12 @@ void run(Communicator& comm, FusedCall& c, void* stream) {
   auto call = svc.begin(c.name);  // close() waits for us
   if (comm.world_size() == 1) return run_local(comm.device(), c, stream);
   coll::CollState& st = coll::coll_state(comm);
-  std::lock_guard<std::mutex> g(st.mu);
+  auto calls = st.lock_calls();
   coll::check_collective_error(st);
   const size_t row_bytes = c.hidden * dtype_size(static_cast<DataType>(c.dtype));
-  if (row_bytes > st.layout.cap)
+  if (row_bytes > st.layout().cap)
     throw InvalidArgument(format("{}: a row of {} bytes (hidden {}) exceeds the scratch position of {} bytes "
-                                 "(Options::allreduce_scratch_bytes)", c.name, row_bytes, c.hidden, st.layout.cap));
+                                 "(Options::allreduce_scratch_bytes)", c.name, row_bytes, c.hidden, st.layout().cap));
   if (c.tokens == 0) return;
   coll::run_fused(st, c, kernel_args(c), stream);
 }

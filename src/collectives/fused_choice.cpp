@@ -40,20 +40,20 @@ constexpr size_t kLl128Above = size_t(128) << 10;
 void plan(const CollState& st, const FusedCall& c, bool two_shot, FusedArgs& f) {
   const size_t elem = dtype_size(static_cast<DataType>(c.dtype));
   const size_t row_bytes = c.hidden * elem, bytes = c.tokens * row_bytes, units = row_bytes / 16;
-  const size_t per_rank = st.layout.cap / row_bytes;  // rows one scratch position holds (>= 1: checked)
+  const size_t per_rank = st.layout().cap / row_bytes;  // rows one scratch position holds (>= 1: checked)
   const size_t grid = size_t(whole_gpu_blocks(st));
   auto blocks = [&](size_t rows) { return static_cast<int>(std::max<size_t>(1, std::min(rows, grid))); };
   FusedGeometry g = fused_unit_geometry(units);
   if (two_shot) {
     f.path = kFusedTwoShot;
-    f.rows_per_step = per_rank * size_t(st.world);
+    f.rows_per_step = per_rank * size_t(st.world());
     const size_t first = std::min(c.tokens, f.rows_per_step);
-    f.a.blocks = blocks((first + size_t(st.world) - 1) / size_t(st.world));
+    f.a.blocks = blocks((first + size_t(st.world()) - 1) / size_t(st.world()));
   } else {
     const FusedGeometry g128 = fused_ll128_geometry(row_bytes);
-    const bool ll128_ok = st.ll128_max > 0 && bytes <= st.ll128_max && g128.slots > 0 &&
-                          c.tokens * fused_ll128_lines_per_row(row_bytes) * kLl128Line <= st.layout.ll128_cap;
-    const bool ll_ok = bytes <= st.ll_max && !(ll128_ok && bytes > kLl128Above);
+    const bool ll128_ok = st.ll128_max() > 0 && bytes <= st.ll128_max() && g128.slots > 0 &&
+                          c.tokens * fused_ll128_lines_per_row(row_bytes) * kLl128Line <= st.layout().ll128_cap;
+    const bool ll_ok = bytes <= st.ll_max() && !(ll128_ok && bytes > kLl128Above);
     if (ll_ok || ll128_ok) {
       f.path = ll_ok ? kFusedLL : kFusedLL128;
       if (!ll_ok) g = g128;
@@ -68,51 +68,30 @@ void plan(const CollState& st, const FusedCall& c, bool two_shot, FusedArgs& f) 
   f.slots = g.slots;
 }
 
-// As allreduce.cpp's in_stream_order: calls on different streams must not overlap on the device
-// (they share counters and scratch); nothing is recorded or waited for inside a capture.
-template <typename Launch>
-void in_stream_order(CollState& st, void* stream, Launch&& launch) {
-  const bool capturing = gpu::stream_is_capturing(stream);
-  if (!capturing && st.event_valid && stream != st.last_stream) gpu::stream_wait_event(stream, st.order_event);
-  launch();
-  if (!capturing) {
-    gpu::event_record(st.order_event, stream);
-    st.event_valid = true;
-  }
-  st.last_stream = stream;
-}
-
 // The host backend's data flow; a failure mid-protocol leaves the ranks out of step, as allreduce's.
 void run_host(CollState& st, const FusedCall& c, bool two_shot) {
   try {
     host_fused(st, c, two_shot);
-  } catch (const TimeoutError& e) {
-    st.broken = std::make_exception_ptr(TimeoutError(format("{}; this communicator's collectives are unusable", e.what())));
-    throw;
-  } catch (const PeerLostError& e) {
-    st.broken = std::make_exception_ptr(PeerLostError(format("{}; this communicator's collectives are unusable", e.what())));
-    throw;
-  } catch (...) {  // e.g. Options::interrupt_check abandoned a wait
-    st.broken = std::make_exception_ptr(Error(format("{} (rank {}): an earlier call on this communicator was abandoned "
-                                                     "mid-protocol; its collectives are unusable", c.name, st.rank)));
+  } catch (...) {
+    st.set_broken_by_current_exception(c.name);
     throw;
   }
 }
 
 }  // namespace
 
-// fused.cpp: arguments checked, tokens > 0, a row fits a scratch position; caller holds st.mu.
+// fused.cpp: arguments checked, tokens > 0, a row fits a scratch position; caller holds st.lock_calls().
 void run_fused(CollState& st, const FusedCall& c, FusedArgs f, void* stream) {
-  const AllreduceAlgo forced = parse_allreduce_algo(st.svc->options().fused_algo);  // validated: auto/oneshot/twoshot
+  const AllreduceAlgo forced = st.svc().options().fused_algo;  // validated: Auto, OneShot or TwoShot
   const size_t bytes = c.tokens * c.hidden * dtype_size(static_cast<DataType>(c.dtype));
   const bool two_shot = forced == AllreduceAlgo::TwoShot ||
-                        (forced != AllreduceAlgo::OneShot && two_shot_auto(bytes, st.world, st.host, st.nvlink_all));
-  if (st.host) return run_host(st, c, two_shot);
-  gpu::DeviceGuard dg(st.device);
+                        (forced != AllreduceAlgo::OneShot && two_shot_auto(bytes, st.world(), st.host(), st.nvlink_all()));
+  if (st.host()) return run_host(st, c, two_shot);
+  gpu::DeviceGuard dg(st.device());
   plan(st, c, two_shot, f);
   fill_state_args(st, f.a);
-  f.a.pdl = st.pdl;
-  in_stream_order(st, stream, [&] { launch_fused(f, stream); });
+  f.a.pdl = st.pdl();
+  st.launch_in_order(stream, [&] { launch_fused(f, stream); });
 }
 
 }  // namespace peerlink::coll

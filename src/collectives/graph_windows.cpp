@@ -54,39 +54,39 @@ void hold(GraphWindow& g, void* stream) {
 }  // namespace
 
 void release_unheld_graph_windows(CollState& st) {
-  auto& wins = st.graph_windows.wins;
+  auto& wins = st.graph_windows().wins;
   auto unheld = [](const std::unique_ptr<GraphWindow>& g) {
     return !g->eager && !g->pinned && g->graphs->load(std::memory_order_acquire) == 0;
   };
   if (std::none_of(wins.begin(), wins.end(), unheld)) return;
-  gpu::DeviceGuard dg(st.host ? -1 : st.device);
+  gpu::DeviceGuard dg(st.host() ? -1 : st.device());
   wins.erase(std::remove_if(wins.begin(), wins.end(), unheld), wins.end());  // PeerMapping unmaps
 }
 
 const Window* graph_window(CollState& st, const void* buf, size_t bytes, void* stream) {
-  detail::CommServices& svc = *st.svc;
-  gpu::DeviceGuard dg(st.host ? -1 : st.device);
+  detail::CommServices& svc = st.svc();
+  gpu::DeviceGuard dg(st.host() ? -1 : st.device());
   // Exports, opens and pointer queries are no stream work: legal during the capture in any mode.
   std::optional<gpu::RelaxedCaptureMode> relaxed;
   if (stream) relaxed.emplace();
   const uint64_t alloc = alloc_of(svc, buf, bytes);
-  auto& wins = st.graph_windows.wins;
+  auto& wins = st.graph_windows().wins;
   GraphWindow* hit = nullptr;
   for (auto& g : wins)
     if (alloc != 0 && g->alloc_id == alloc && g->w.base == buf && g->w.bytes >= bytes) hit = g.get();
   // Each rank names the window it would reuse; unless all name the same one, all register anew
   // (a rank whose buffer moved to a new allocation, or that released its window, lacks it).
   const uint64_t mine = hit ? hit->w.id : 0;
-  std::unique_ptr<uint64_t[]> named(new uint64_t[st.world]);
+  std::unique_ptr<uint64_t[]> named(new uint64_t[st.world()]);
   svc.allgather(&mine, sizeof mine, named.get());
   bool reuse = mine != 0;
-  for (int p = 0; p < st.world; ++p) reuse = reuse && named[p] == mine;
+  for (int p = 0; p < st.world(); ++p) reuse = reuse && named[p] == mine;
   if (!reuse) {
     if (!stream) {  // eager (coll_graph_register 2): an older eager window of this address goes
       auto same_base = [&](const std::unique_ptr<GraphWindow>& g) { return g->eager && g->w.base == buf; };
       if (std::any_of(wins.begin(), wins.end(), same_base)) {
-        if (!wait_last_launch(st))  // our last launch may still write through its mappings
-          throw TimeoutError(common::cat("graph registration (rank ", st.rank, "): the last collective did not "
+        if (!st.wait_last_launch())  // our last launch may still write through its mappings
+          throw TimeoutError(common::cat("graph registration (rank ", st.rank(), "): the last collective did not "
                                          "finish within ", svc.options().timeout.count(), " ms"));
         wins.erase(std::remove_if(wins.begin(), wins.end(), same_base), wins.end());
       }

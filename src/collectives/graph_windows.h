@@ -37,12 +37,12 @@ struct GraphWindowTable {
 // one registered now on every rank; nullptr when some rank cannot export or map its buffer (the
 // call then takes the staged paths). `stream` is the capturing stream (its graph takes a reference)
 // or nullptr for an eager call. Collective: every rank makes the same call (one allgather, plus a
-// registration when any rank lacks the window). Caller holds st.mu and has released the unheld
+// registration when any rank lacks the window). Caller holds the call lock (CollState::lock_calls) and has released the unheld
 // windows first (release_unheld_graph_windows: every collective does, graph or not).
 const Window* graph_window(CollState& st, const void* buf, size_t bytes, void* stream);
 
 // Unmaps the graph windows that no graph holds any more (their launches have completed).
-// Caller holds st.mu.
+// Caller holds the call lock (CollState::lock_calls).
 void release_unheld_graph_windows(CollState& st);
 
 }  // namespace peerlink::coll

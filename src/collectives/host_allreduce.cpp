@@ -15,19 +15,19 @@ void wait_all(CollState& st, int phase, uint64_t seq) { host_wait_all(st, phase,
 
 template <typename T, int Op>
 void run(CollState& st, const T* src_all, T* dst_all, size_t count, bool one_shot) {
-  const DataLayout& L = st.layout;
-  const int me = st.rank, n = st.world;
+  const DataLayout& L = st.layout();
+  const int me = st.rank(), n = st.world();
   Split s = make_split(count, sizeof(T), n, L.cap, one_shot, 1);
   const T* ins[kMaxRanks];
   T* outs[kMaxRanks];
   for (size_t step = 0; step < s.steps; ++step) {
-    const uint64_t seq = ++st.host_seq;
+    const uint64_t seq = st.next_host_step();
     const int slot = int(seq & 1);
     const size_t e0 = step * s.step_elems;
     const size_t len = std::min(s.step_elems, count - e0);
     const T* src = src_all + e0;
     T* dst = dst_all + e0;
-    auto scratch = [&](int rank, size_t off) { return reinterpret_cast<T*>(st.data[rank] + off); };
+    auto scratch = [&](int rank, size_t off) { return reinterpret_cast<T*>(st.data(rank) + off); };
     if (one_shot) {
       int no = 0;
       for (int p = 0; p < n; ++p)

@@ -33,17 +33,17 @@ const char* kind_name(int kind) {
 // all_to_all_v: ranks know only their own counts, so the number of steps is agreed first: one
 // step in which every rank pushes its largest piece (8 bytes) and takes the maximum of all.
 size_t agree_max(CollState& st, size_t mine, const char* what) {
-  const uint64_t seq = ++st.host_seq;
+  const uint64_t seq = st.next_host_step();
   const int slot = int(seq & 1);
-  for (int p = 0; p < st.world; ++p)
-    if (p != st.rank) std::memcpy(st.data[p] + st.layout.input(slot, st.rank), &mine, sizeof mine);
+  for (int p = 0; p < st.world(); ++p)
+    if (p != st.rank()) std::memcpy(st.data(p) + st.layout().input(slot, st.rank()), &mine, sizeof mine);
   host_signal(st, 0, seq);
   host_wait_all(st, 0, seq, what);
   size_t m = mine;
-  for (int r = 0; r < st.world; ++r) {
-    if (r == st.rank) continue;
+  for (int r = 0; r < st.world(); ++r) {
+    if (r == st.rank()) continue;
     size_t x;
-    std::memcpy(&x, st.data[st.rank] + st.layout.input(slot, r), sizeof x);
+    std::memcpy(&x, st.data(st.rank()) + st.layout().input(slot, r), sizeof x);
     m = std::max(m, x);
   }
   return m;
@@ -51,17 +51,17 @@ size_t agree_max(CollState& st, size_t mine, const char* what) {
 
 template <typename T, int Op>
 void run_push(CollState& st, const CollDesc& d, const T* src, T* dst) {
-  const DataLayout& L = st.layout;
-  const int me = st.rank, n = st.world;
+  const DataLayout& L = st.layout();
+  const int me = st.rank(), n = st.world();
   const char* what = kind_name(d.kind);
   const PushGrid g = push_grid(d, L.cap, kHostThreads, kHostBlocks, 0);
   const size_t C = g.chunk, pb = g.per_block;
   const size_t steps = d.kind == kAllToAllV ? (agree_max(st, local_max_piece(d), what) + C - 1) / C : g.steps;
   const T* ins[kMaxRanks];
   for (size_t step = 0; step < steps; ++step) {
-    const uint64_t seq = ++st.host_seq;
+    const uint64_t seq = st.next_host_step();
     const int slot = int(seq & 1);
-    auto scratch = [&](int from, size_t rel) { return reinterpret_cast<T*>(st.data[me] + L.input(slot, from)) + rel; };
+    auto scratch = [&](int from, size_t rel) { return reinterpret_cast<T*>(st.data(me) + L.input(slot, from)) + rel; };
     size_t lo = 0, m;
     for (int b = 0; b < g.blocks; ++b) {  // the device's blocks, one after the other
       const size_t rel = size_t(b) * pb;
@@ -69,7 +69,7 @@ void run_push(CollState& st, const CollDesc& d, const T* src, T* dst) {
         if (p == me) continue;
         Piece sp = send_piece(d, p);
         if ((m = sub_range(sp.count, step, C, rel, pb, &lo)))
-          std::memcpy(reinterpret_cast<T*>(st.data[p] + L.input(slot, me)) + rel, src + sp.src_off + lo, m * sizeof(T));
+          std::memcpy(reinterpret_cast<T*>(st.data(p) + L.input(slot, me)) + rel, src + sp.src_off + lo, m * sizeof(T));
       }
     }
     host_signal(st, 0, seq);
@@ -100,16 +100,16 @@ void run_push(CollState& st, const CollDesc& d, const T* src, T* dst) {
 // its blocks one after the other.
 template <typename T, int Op>
 void run_two_hop(CollState& st, const CollDesc& d, const T* src, T* dst) {
-  const DataLayout& L = st.layout;
-  const int me = st.rank, n = st.world, root = d.root;
+  const DataLayout& L = st.layout();
+  const int me = st.rank(), n = st.world(), root = d.root;
   const PushGrid g = push_grid(d, L.cap, kHostThreads, kHostBlocks, 0, true);
   const size_t C = g.chunk, pb = g.per_block, shard = two_hop_shard(d);
   const bool reduce = d.kind == kReduce;
   const int mine = me == root ? -1 : owned_shard(d, me);
   for (size_t step = 0; step < g.steps; ++step) {
-    const uint64_t seq = ++st.host_seq;
+    const uint64_t seq = st.next_host_step();
     const int slot = int(seq & 1), prev = slot ^ 1;
-    auto at = [&](int r, int s, int pos, size_t rel) { return reinterpret_cast<T*>(st.data[r] + L.input(s, pos)) + rel; };
+    auto at = [&](int r, int s, int pos, size_t rel) { return reinterpret_cast<T*>(st.data(r) + L.input(s, pos)) + rel; };
     // Chunk `chunk` of shard i as block `rel` covers it: *lo (an element of the buffer) and the count.
     auto part = [&](int i, size_t chunk, size_t rel, size_t* lo) {
       size_t off, m = sub_range(shard_range(d, i, shard, &off), chunk, C, rel, pb, lo);
@@ -182,11 +182,11 @@ uint64_t wait_line(CollState& st, int from, const char* line, uint32_t flag, siz
 // take(rank, bytes, out) into a temporary, then reduced with ours in rank order.
 template <typename T, int Op, typename Take>
 void reduce_taken(CollState& st, const CollDesc& d, const T* src, T* dst, Take&& take) {
-  const Piece rp = recv_piece(d, st.rank);
-  std::vector<std::vector<T>> tmp(st.world);
+  const Piece rp = recv_piece(d, st.rank());
+  std::vector<std::vector<T>> tmp(st.world());
   const T* ins[kMaxRanks];
-  for (int r = 0; r < st.world; ++r) {
-    if (r == st.rank) {
+  for (int r = 0; r < st.world(); ++r) {
+    if (r == st.rank()) {
       ins[r] = src + rp.src_off;
       continue;
     }
@@ -195,21 +195,21 @@ void reduce_taken(CollState& st, const CollDesc& d, const T* src, T* dst, Take&&
     ins[r] = tmp[r].data();
   }
   T* out = dst + rp.dst_off;
-  if (rp.count) reduce_elems<T, Op>(ins, st.world, &out, 1, rp.count);
+  if (rp.count) reduce_elems<T, Op>(ins, st.world(), &out, 1, rp.count);
 }
 
 template <typename T, int Op>
 void run_ll(CollState& st, const CollDesc& d, const T* src, T* dst) {
-  const DataLayout& L = st.layout;
-  const int me = st.rank, n = st.world;
+  const DataLayout& L = st.layout();
+  const int me = st.rank(), n = st.world();
   const char* what = kind_name(d.kind);
-  const uint64_t seq = ++st.host_seq;
+  const uint64_t seq = st.next_host_step();
   const int slot = int(seq & 1);
   const uint32_t flag = uint32_t(seq);
   for (int p = 0; p < n; ++p) {  // push every outgoing piece as lines (a token line when empty)
     if (p == me) continue;
     Piece sp = send_piece(d, p);
-    char* lines = st.data[p] + L.ll(slot, me);
+    char* lines = st.data(p) + L.ll(slot, me);
     const size_t bytes = sp.count * sizeof(T);
     const char* s = reinterpret_cast<const char*>(src + sp.src_off);
     if (bytes == 0) put_line(lines, 0, flag);
@@ -221,7 +221,7 @@ void run_ll(CollState& st, const CollDesc& d, const T* src, T* dst) {
   }
   // Receive: every line of every incoming piece (a token when empty) into `out` (or discarded).
   auto take = [&](int r, size_t bytes, char* out) {
-    const char* lines = st.data[me] + L.ll(slot, r);
+    const char* lines = st.data(me) + L.ll(slot, r);
     if (bytes == 0) wait_line(st, r, lines, flag, 0, what);
     for (size_t w = 0; w * 8 < bytes; ++w) {
       uint64_t v = wait_line(st, r, lines + w * 16, flag, w, what);
@@ -267,15 +267,15 @@ void take_line128(CollState& st, int from, const char* line, size_t l, uint64_t 
 
 template <typename T, int Op>
 void run_ll128(CollState& st, const CollDesc& d, const T* src, T* dst) {
-  const DataLayout& L = st.layout;
-  const int me = st.rank, n = st.world;
+  const DataLayout& L = st.layout();
+  const int me = st.rank(), n = st.world();
   const char* what = kind_name(d.kind);
-  const uint64_t seq = ++st.host_seq;
+  const uint64_t seq = st.next_host_step();
   const int slot = int(seq & 1);
   for (int p = 0; p < n; ++p) {  // push every outgoing piece as lines (a flag-only token when empty)
     if (p == me) continue;
     const Piece sp = send_piece(d, p);
-    char* area = st.data[p] + L.ll128(slot, me);
+    char* area = st.data(p) + L.ll128(slot, me);
     const size_t bytes = sp.count * sizeof(T);
     const char* s = reinterpret_cast<const char*>(src + sp.src_off);
     if (bytes == 0) put_line128(area, nullptr, 0, seq);
@@ -284,7 +284,7 @@ void run_ll128(CollState& st, const CollDesc& d, const T* src, T* dst) {
   }
   // Every line of the piece from r (its token when empty) into `out`.
   auto take = [&](int r, size_t bytes, char* out) {
-    const char* area = st.data[me] + L.ll128(slot, r);
+    const char* area = st.data(me) + L.ll128(slot, r);
     if (bytes == 0) take_line128(st, r, area, 0, seq, nullptr, 0, what);
     for (size_t l = 0; l < ll128_lines(bytes); ++l)
       take_line128(st, r, area + l * kLl128Line, l, seq, out + l * kLl128Data, bytes - l * kLl128Data, what);

@@ -69,18 +69,18 @@ class HostRows {
 
 template <typename T>
 void run(CollState& st, const FusedCall& c, bool two_shot) {
-  const DataLayout& L = st.layout;
-  const int me = st.rank, n = st.world;
+  const DataLayout& L = st.layout();
+  const int me = st.rank(), n = st.world();
   const size_t row_bytes = c.hidden * sizeof(T);
   const size_t per_rank = L.cap / row_bytes;  // rows a region position holds (>= 1: fused.cpp)
   const size_t per_step = two_shot ? per_rank * size_t(n) : per_rank;
   auto region = [&](int owner, bool result, int slot, int from, size_t i) {
-    return reinterpret_cast<T*>(st.data[owner] + (result ? L.result(slot, from) : L.input(slot, from)) + i * row_bytes);
+    return reinterpret_cast<T*>(st.data(owner) + (result ? L.result(slot, from) : L.input(slot, from)) + i * row_bytes);
   };
   HostRows<T> rows(c);
   const T* ins[kMaxRanks];
   for (size_t s0 = 0; s0 < c.tokens; s0 += per_step) {
-    const uint64_t seq = ++st.host_seq;
+    const uint64_t seq = st.next_host_step();
     const int slot = int(seq & 1);
     const size_t len = std::min(per_step, c.tokens - s0);
     if (!two_shot) {

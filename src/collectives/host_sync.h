@@ -39,7 +39,7 @@ template <typename Ready, typename Detail>
 void host_wait(CollState& st, int p, const char* what, Ready&& ready, Detail&& detail) {
   if (ready()) return;
   using Clock = std::chrono::steady_clock;
-  const auto& opts = st.svc->options();
+  const auto& opts = st.svc().options();
   auto start = Clock::now();
   auto next_alive = start + std::chrono::milliseconds(20);
   for (uint32_t spins = 0; !ready(); ++spins) {
@@ -48,27 +48,27 @@ void host_wait(CollState& st, int p, const char* what, Ready&& ready, Detail&& d
     if (now - start > std::chrono::milliseconds(10)) std::this_thread::sleep_for(std::chrono::microseconds(100));
     else sched_yield();
     if (now >= next_alive) {
-      st.svc->check_peer_alive(p);  // throws PeerLostError
-      st.svc->check_interrupt();    // Options::interrupt_check (Ctrl-C from Python)
+      st.svc().check_peer_alive(p);  // throws PeerLostError
+      st.svc().check_interrupt();    // Options::interrupt_check (Ctrl-C from Python)
       next_alive = now + std::chrono::milliseconds(20);
     }
     if (now - start > opts.timeout)
-      throw TimeoutError(common::cat(what, ": rank ", st.rank, " waited ", opts.timeout.count(), " ms for rank ", p,
+      throw TimeoutError(common::cat(what, ": rank ", st.rank(), " waited ", opts.timeout.count(), " ms for rank ", p,
                                      " (", detail(), ")"));
   }
 }
 
 // Announce `seq` for `phase` (block 0) to every peer's inbox.
 inline void host_signal(CollState& st, int phase, uint64_t seq) {
-  for (int p = 0; p < st.world; ++p)
-    if (p != st.rank) __atomic_store_n(&st.flags[p]->inbox[phase][0][st.rank], seq, __ATOMIC_RELEASE);
+  for (int p = 0; p < st.world(); ++p)
+    if (p != st.rank()) __atomic_store_n(&st.flags(p)->inbox[phase][0][st.rank()], seq, __ATOMIC_RELEASE);
 }
 
 // Wait until every peer announced >= seq for `phase`.
 inline void host_wait_all(CollState& st, int phase, uint64_t seq, const char* what) {
-  for (int p = 0; p < st.world; ++p) {
-    if (p == st.rank) continue;
-    const uint64_t* f = &st.flags[st.rank]->inbox[phase][0][p];
+  for (int p = 0; p < st.world(); ++p) {
+    if (p == st.rank()) continue;
+    const uint64_t* f = &st.flags(st.rank())->inbox[phase][0][p];
     host_wait(
         st, p, what, [&] { return __atomic_load_n(f, __ATOMIC_ACQUIRE) >= seq; },
         [&] { return common::cat("phase ", phase, ", step seq ", seq, ", peer at ", __atomic_load_n(f, __ATOMIC_ACQUIRE)); });

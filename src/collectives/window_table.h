@@ -52,7 +52,7 @@ struct Window {
 
 struct CollState;
 // Registers [ptr, +bytes) on every rank as one window (collective; windows.cpp). The caller holds
-// st.mu and keeps the result; `who` names it in logs and errors.
+// the call lock (CollState::lock_calls) and keeps the result; `who` names it in logs and errors.
 Window register_range(CollState& st, void* ptr, size_t bytes, const char* who);
 
 struct WindowTable {

@@ -60,22 +60,22 @@ uint64_t call_tag(const Window& ws, size_t src_off, const Window& wr, size_t dst
 // inside; else why not, and nothing may move).
 std::string plan(const CollState& st, const Window& ws, const Window& wr, const char* src, char* dst, size_t count,
                  size_t elem, Shard* sh) {
-  const size_t per = shard_elems(count, elem, st.world);
-  const size_t lo = std::min(count, per * size_t(st.rank)), hi = std::min(count, lo + per);
+  const size_t per = shard_elems(count, elem, st.world());
+  const size_t lo = std::min(count, per * size_t(st.rank())), hi = std::min(count, lo + per);
   sh->count = hi - lo;
   if (!sh->count) return {};
   const size_t src_off = size_t(src - ws.base) + lo * elem, dst_off = size_t(dst - wr.base) + lo * elem;
   const size_t bytes = sh->count * elem;
   sh->outs[sh->nout++] = dst + lo * elem;
-  for (int r = 0; r < st.world; ++r) {
-    if (r == st.rank) {
+  for (int r = 0; r < st.world(); ++r) {
+    if (r == st.rank()) {
       sh->ins[r] = src + lo * elem;
       continue;
     }
     std::string why = ws.outside(r, src_off, bytes, "read");
     if (why.empty()) why = wr.outside(r, dst_off, bytes, "write");
     if (!why.empty())
-      return cat("zero-copy allreduce (rank ", st.rank, "): ", why, " (sendbuf at offset ", size_t(src - ws.base),
+      return cat("zero-copy allreduce (rank ", st.rank(), "): ", why, " (sendbuf at offset ", size_t(src - ws.base),
                  " of window ", ws.id, ", recvbuf at offset ", size_t(dst - wr.base), " of window ", wr.id,
                  " here); nothing was written");
     sh->ins[r] = ws.peer_base[r] + src_off;
@@ -92,9 +92,9 @@ void host_run(CollState& st, uint64_t tag, const Shard& sh, int dtype, int op, c
       using T = decltype(t);
       const T* in[kMaxRanks];
       T* out[kMaxRanks];
-      for (int r = 0; r < st.world; ++r) in[r] = reinterpret_cast<const T*>(sh.ins[r]);
+      for (int r = 0; r < st.world(); ++r) in[r] = reinterpret_cast<const T*>(sh.ins[r]);
       for (int o = 0; o < sh.nout; ++o) out[o] = reinterpret_cast<T*>(sh.outs[o]);
-      known_op = with_op(op, [&](auto o) { reduce_elems<T, decltype(o)::value>(in, st.world, out, sh.nout, sh.count); });
+      known_op = with_op(op, [&](auto o) { reduce_elems<T, decltype(o)::value>(in, st.world(), out, sh.nout, sh.count); });
     });
     if (!known || !known_op) throw InvalidArgument(cat("zero-copy allreduce: unknown dtype code ", dtype, " or op code ", op));
   }
@@ -108,21 +108,21 @@ void host_run(CollState& st, uint64_t tag, const Shard& sh, int dtype, int op, c
 // the link serves them worse.
 constexpr int kZcAllreduceBlocks = 64;
 void device_run(CollState& st, uint64_t tag, const Shard& sh, size_t elem, int dtype, int op, void* stream) {
-  gpu::DeviceGuard dg(st.device);
+  gpu::DeviceGuard dg(st.device());
   const LaunchArgs a = zc_step_args(st);
   launch_zc_step(a, tag, stream);
   if (sh.count) {
     CeReduceArgs ra;
-    for (int r = 0; r < st.world; ++r) ra.ins[r] = sh.ins[r];
-    ra.nin = st.world;
+    for (int r = 0; r < st.world(); ++r) ra.ins[r] = sh.ins[r];
+    ra.nin = st.world();
     ra.out = sh.outs[0];
     for (int o = 1; o < sh.nout; ++o) ra.extra_outs[ra.nextra++] = sh.outs[o];
     ra.count = sh.count;
     ra.dtype = dtype;
     ra.op = op;
-    ra.blocks = st.blocks_override > 0
-                    ? st.blocks_override
-                    : int(std::min<size_t>(std::min(kZcAllreduceBlocks, st.grid_cap), std::max<size_t>(1, sh.count * elem / (512 * 16))));
+    ra.blocks = st.blocks_override() > 0
+                    ? st.blocks_override()
+                    : int(std::min<size_t>(std::min(kZcAllreduceBlocks, st.grid_cap()), std::max<size_t>(1, sh.count * elem / (512 * 16))));
     ra.per_block = round_up((sh.count + ra.blocks - 1) / ra.blocks, elem < 16 ? 16 / elem : 1);
     launch_zc_pull(ra, stream);
   }
@@ -140,7 +140,7 @@ void zc_allreduce(CollState& st, const Window& ws, const Window& wr, const void*
   Shard sh;
   const std::string bad = plan(st, ws, wr, s, d, count, elem, &sh);
   const uint64_t tag = call_tag(ws, size_t(s - ws.base), wr, size_t(d - wr.base), count, elem, op);
-  if (st.host) return host_run(st, tag, sh, dtype, op, bad);
+  if (st.host()) return host_run(st, tag, sh, dtype, op, bad);
   if (!bad.empty()) zc_refuse(st, tag, bad, stream);
   device_run(st, tag, sh, elem, dtype, op, stream);
 }

@@ -17,23 +17,23 @@ uint64_t zc_mix(uint64_t h, uint64_t v) {
 
 void zc_host_enter(CollState& st, uint64_t tag, const std::string& bad) {
   const char* what = "zero-copy collective";
-  const uint64_t seq = ++st.host_seq;
+  const uint64_t seq = st.next_host_step();
   const uint64_t t = zc_step_tag(tag, seq);
-  for (int p = 0; p < st.world; ++p)
-    if (p != st.rank) __atomic_store_n(&st.flags[p]->zc_tag[st.rank], bad.empty() ? t : ~t, __ATOMIC_RELAXED);
+  for (int p = 0; p < st.world(); ++p)
+    if (p != st.rank()) __atomic_store_n(&st.flags(p)->zc_tag[st.rank()], bad.empty() ? t : ~t, __ATOMIC_RELAXED);
   host_signal(st, 0, seq);  // release: the tag travels with the flag
   host_wait_all(st, 0, seq, what);
   if (!bad.empty()) throw InvalidArgument(bad);
-  for (int p = 0; p < st.world; ++p) {
-    if (p == st.rank) continue;
-    if (__atomic_load_n(&st.flags[st.rank]->zc_tag[p], __ATOMIC_RELAXED) != t)
-      throw InvalidArgument(cat(what, " (rank ", st.rank, "): rank ", p, " passed a buffer at another offset of the "
+  for (int p = 0; p < st.world(); ++p) {
+    if (p == st.rank()) continue;
+    if (__atomic_load_n(&st.flags(st.rank())->zc_tag[p], __ATOMIC_RELAXED) != t)
+      throw InvalidArgument(cat(what, " (rank ", st.rank(), "): rank ", p, " passed a buffer at another offset of the "
                                 "window, another window or another shape (every rank must pass the same window offset)"));
   }
 }
 
 void zc_host_step(CollState& st) {
-  const uint64_t seq = ++st.host_seq;
+  const uint64_t seq = st.next_host_step();
   host_signal(st, 0, seq);
   host_wait_all(st, 0, seq, "zero-copy collective");
 }
@@ -46,10 +46,10 @@ LaunchArgs zc_step_args(const CollState& st) {
 }
 
 void zc_refuse(CollState& st, uint64_t tag, const std::string& bad, void* stream) {
-  gpu::DeviceGuard dg(st.device);
+  gpu::DeviceGuard dg(st.device());
   const LaunchArgs a = zc_step_args(st);
   launch_zc_step(a, ~tag, stream);
-  st.broken = std::make_exception_ptr(InvalidArgument(cat(bad, "; this communicator's collectives are unusable")));
+  st.set_broken(std::make_exception_ptr(InvalidArgument(cat(bad, "; this communicator's collectives are unusable"))));
   throw InvalidArgument(bad);
 }
 

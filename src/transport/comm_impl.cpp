@@ -155,10 +155,48 @@ void CommImpl::release_peer_memory(int peer, const gpu::MemHandle& h) {
   transport_->ipc().release(peer, h);
 }
 
-std::shared_ptr<void>& CommImpl::upper_state(const std::string& key) {
+std::shared_ptr<UpperState> CommImpl::find_state_locked(std::type_index type) const {
+  for (const auto& kv : upper_)
+    if (kv.first == type) return kv.second;
+  return nullptr;
+}
+
+std::shared_ptr<UpperState> CommImpl::find_state(std::type_index type) {
   Scope s(*this, "upper_state");
   std::lock_guard<std::mutex> g(upper_mu_);
-  return upper_[key];
+  return find_state_locked(type);
+}
+
+std::shared_ptr<UpperState> CommImpl::find_or_create_state(std::type_index type,
+                                                          const std::function<std::shared_ptr<UpperState>()>& make) {
+  Scope s(*this, "upper_state");
+  {
+    std::lock_guard<std::mutex> g(upper_mu_);
+    if (auto found = find_state_locked(type)) return found;
+  }
+  std::lock_guard<std::recursive_mutex> setup(setup_mu_);
+  {
+    std::lock_guard<std::mutex> g(upper_mu_);  // made by another thread while this one waited?
+    if (auto found = find_state_locked(type)) return found;
+  }
+  std::shared_ptr<UpperState> made = make();  // may be collective; a throw stores nothing
+  std::lock_guard<std::mutex> g(upper_mu_);
+  upper_.emplace_back(type, made);
+  return made;
+}
+
+void CommImpl::destroy_upper_states() {
+  // Upper layers first: they hold mappings and memory of the transport, and free them through
+  // backend() / release_peer_memory(), which let this thread through (in_upper_teardown). Newest
+  // first: a state may use one made before it.
+  std::vector<std::pair<std::type_index, std::shared_ptr<UpperState>>> upper;
+  {
+    std::lock_guard<std::mutex> g(upper_mu_);
+    upper.swap(upper_);
+  }
+  upper_teardown_.store(std::this_thread::get_id(), std::memory_order_release);
+  while (!upper.empty()) upper.pop_back();
+  upper_teardown_.store(std::thread::id(), std::memory_order_release);
 }
 
 void* CommImpl::alloc(size_t bytes) {
@@ -227,23 +265,13 @@ void CommImpl::close() {
     common::log_line(LogLevel::Warn, opts_.log_level,
                      cat("close (rank ", rank_, " of '", unique_id_, "'): ", n, " call(s) still in flight after ",
                          opts_.timeout.count(), " ms; the transport is leaked, not freed under them"));
-    for (auto& kv : upper_) new std::shared_ptr<void>(std::move(kv.second));
+    std::lock_guard<std::mutex> g2(upper_mu_);
+    for (auto& kv : upper_) new std::shared_ptr<UpperState>(std::move(kv.second));
     upper_.clear();
     (void)transport_.release();
     return;
   }
-  {
-    // Upper layers first: they hold mappings and memory of the transport, and free them through
-    // backend() / release_peer_memory(), which let this thread through (in_upper_teardown).
-    std::map<std::string, std::shared_ptr<void>> upper;
-    {
-      std::lock_guard<std::mutex> g2(upper_mu_);
-      upper.swap(upper_);
-    }
-    upper_teardown_.store(std::this_thread::get_id(), std::memory_order_release);
-    upper.clear();
-    upper_teardown_.store(std::thread::id(), std::memory_order_release);
-  }
+  destroy_upper_states();
   if (transport_) transport_->shutdown();
   transport_.reset();
 }

@@ -5,11 +5,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <typeindex>
+#include <utility>
+#include <vector>
 
 #include "gpu/backend.h"
 #include "peerlink/communicator.h"
@@ -41,7 +43,6 @@ class CommImpl final : public CommServices {
   void check_usable() override;
   void check_peer_alive(int peer) override;
   void check_interrupt() override;
-  std::shared_ptr<void>& upper_state(const std::string& key) override;
   // The stream engine's services (stream_bind.cpp; services.h says what they do).
   void* map_published(int peer, uint32_t buf_id, uint64_t version, size_t offset, size_t len, const char* what,
                       std::shared_ptr<void>* hold, bool* in_process = nullptr) override;
@@ -72,6 +73,9 @@ class CommImpl final : public CommServices {
  protected:
   void begin_call(const char* what) override { enter(what); }
   void end_call() noexcept override { leave(); }
+  std::shared_ptr<UpperState> find_state(std::type_index type) override;
+  std::shared_ptr<UpperState> find_or_create_state(std::type_index type,
+                                                   const std::function<std::shared_ptr<UpperState>()>& make) override;
 
  private:
   // The in-flight rule (defect #2): every call that touches transport_ runs between enter() and
@@ -86,6 +90,9 @@ class CommImpl final : public CommServices {
   // check_usable() without the interrupted-collectives check: memory services stay usable.
   void check_open(const char* what);
   void validate_peer(int peer, const char* what) const;
+  std::shared_ptr<UpperState> find_state_locked(std::type_index type) const;  // caller holds upper_mu_
+  // Destroys the upper layers' states, newest first (close()).
+  void destroy_upper_states();
   // True on the thread that runs close()'s destruction of the upper layers' state: their
   // destructors free their memory and release their mappings through backend() /
   // release_peer_memory() although the communicator is already marked closed (no call is in
@@ -102,8 +109,11 @@ class CommImpl final : public CommServices {
   std::atomic<bool> closed_{false};
   mutable std::atomic<int64_t> in_flight_{0};
   std::mutex close_mu_;  // concurrent close() calls: the second waits for the first to finish
+  // The upper layers' states, in creation order (get_or_create). upper_mu_ guards the list only;
+  // setup_mu_ is the one setup lock, held while a state is made.
+  std::recursive_mutex setup_mu_;
   std::mutex upper_mu_;
-  std::map<std::string, std::shared_ptr<void>> upper_;
+  std::vector<std::pair<std::type_index, std::shared_ptr<UpperState>>> upper_;
   std::atomic<std::thread::id> upper_teardown_{};  // the thread destroying upper_, else none
   std::unique_ptr<Transport> transport_;
 };

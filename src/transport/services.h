@@ -5,14 +5,26 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <typeindex>
 
 #include "gpu/backend.h"
 #include "peerlink/communicator.h"
 #include "peerlink/options.h"
 
 namespace peerlink::detail {
+
+// Per-communicator state of a layer above the transport (the collectives' buffers, the stream
+// engine, ...): a subclass of UpperState, one object per type and communicator, made on first use
+// by CommServices::get_or_create<T>() and destroyed by close(), newest first, after every call in
+// flight returned and before the transport closes. The transport knows none of these types.
+class UpperState {
+ public:
+  virtual ~UpperState() = default;
+};
 
 class CommServices {
  public:
@@ -64,9 +76,29 @@ class CommServices {
   // Options::interrupt_check (and the closing check), whose throw marks the collectives
   // interrupted (check_usable refuses them from then on).
   virtual void check_interrupt() = 0;
-  // Per-communicator state owned by an upper layer; destroyed by close() after every call in
-  // flight returned and before the transport closes.
-  virtual std::shared_ptr<void>& upper_state(const std::string& key) = 0;
+  // The communicator's T (an UpperState), made by make() (which returns std::shared_ptr<T>) on the
+  // first call. Creations hold the communicator's one setup lock for their whole duration: a setup
+  // may be collective (waiting for the other ranks, bounded by the timeout), and another thread's
+  // first use of any upper state of this communicator waits for it; other communicators do not.
+  // make() may itself create another type's state (the lock is recursive). A make() that throws
+  // stores nothing, and the next call tries again.
+  template <class T, class Make>
+  T& get_or_create(Make&& make) {
+    static_assert(std::is_base_of<UpperState, T>::value, "per-communicator state derives from UpperState");
+    std::shared_ptr<UpperState> s =
+        find_or_create_state(std::type_index(typeid(T)), [&]() -> std::shared_ptr<UpperState> {
+          std::shared_ptr<T> made = make();
+          return made;
+        });
+    return static_cast<T&>(*s);  // stored under typeid(T) by the lambda above: a T
+  }
+  // The communicator's T when some call made it, else null; never creates and never waits for a
+  // setup. The pointer keeps the state alive for as long as it is held.
+  template <class T>
+  std::shared_ptr<T> find() {
+    static_assert(std::is_base_of<UpperState, T>::value, "per-communicator state derives from UpperState");
+    return std::static_pointer_cast<T>(find_state(std::type_index(typeid(T))));
+  }
 
   // Published buffers and pair paths, for the stream-ordered engine (stream_p2p.h), which reaches
   // the communicator only through this interface. map_published: pointer to [offset, +len) of
@@ -93,6 +125,10 @@ class CommServices {
   ~CommServices() = default;
   virtual void begin_call(const char* what) = 0;
   virtual void end_call() noexcept = 0;
+  // The typed slots behind get_or_create / find, keyed by the state's type.
+  virtual std::shared_ptr<UpperState> find_state(std::type_index type) = 0;
+  virtual std::shared_ptr<UpperState> find_or_create_state(
+      std::type_index type, const std::function<std::shared_ptr<UpperState>()>& make) = 0;
 };
 
 // The services of `comm`'s transport (implemented in communicator.cpp, a friend of Communicator).

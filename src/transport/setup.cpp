@@ -10,6 +10,7 @@
 
 #include "common/interrupt.h"
 #include "common/log.h"
+#include "config/test_hooks.h"
 #include "peerlink/errors.h"
 #include "peerlink/topology.h"
 #include "transport/links.h"
@@ -93,10 +94,26 @@ void Transport::create_control_segment() {
 }
 
 void Transport::setup_links() {
-  // 1. Paths: each rank states which peers it wants relayed; a pair relays when either side asks.
   std::vector<std::string> bus_ids;
   std::vector<Completion> prefs;
   exchange_join_info(bus_ids, prefs);
+  choose_peer_paths(bus_ids);
+  create_owned_segments();
+  boot_->barrier(opts_.timeout);
+  map_peer_segments();
+  decide_completion(prefs);
+  for (int p = 0; p < world_; ++p)
+    if (p != rank_) build_links(*peers_[p]);
+  boot_->barrier(opts_.timeout);
+  // Everyone has mapped everything: the rendezvous name goes too (new jobs with this id start
+  // clean); ours are gone already unless a peer could not remove them.
+  boot_->unlink_name();
+  for (auto& p : peers_)
+    if (p) p->in_seg.unlink(), p->relay_out_seg.unlink();
+}
+
+// Paths: each rank states which peers it wants relayed; a pair relays when either side asks.
+void Transport::choose_peer_paths(const std::vector<std::string>& bus_ids) {
   std::vector<PathChoice> choices = choose_paths(opts_, rank_, bus_ids);
   uint64_t mask = 0;
   for (int p = 0; p < world_; ++p)
@@ -130,9 +147,11 @@ void Transport::setup_links() {
   for (int p = 0; p < world_; ++p)
     if (p != rank_) pids[p] = boot_->slot(p).pid;
   backend_->set_peer_pids(pids);
+}
 
-  // 2. Create what this rank owns: the control segment (rank 0), the pair segment it receives on,
-  //    the channel when it is the lower rank, the relay ring it sends into.
+// What this rank owns: the control segment (rank 0), the pair segment it receives on, the channel
+// when it is the lower rank, the relay ring it sends into.
+void Transport::create_owned_segments() {
   const std::string& pre = boot_->job_prefix();
   create_control_segment();
   for (int p = 0; p < world_; ++p) {
@@ -146,24 +165,29 @@ void Transport::setup_links() {
       P.chan_seg = common::Segment::create(cat(pre, "ch_", rank_, "_", p), sizeof(ChannelLayout), boot_->nonce());
       P.chan_seg.set_unlink_on_destroy(true);
     }
-    if (P.path == Path::Relay) {
-      uint64_t slots = static_cast<uint64_t>(opts_.relay_slots), chunk = opts_.relay_chunk_bytes;
-      P.relay_out_seg = common::Segment::create(cat(pre, "relay_", rank_, "_", p), RelayView::bytes(slots, chunk),
-                                                boot_->nonce(), [&](void* m) {
-                                                  auto* h = static_cast<RelayHeader*>(m);
-                                                  h->slots = slots;
-                                                  h->chunk_bytes = chunk;
-                                                });
-      P.relay_out_seg.set_unlink_on_destroy(true);
-      auto* h = static_cast<RelayHeader*>(P.relay_out_seg.payload());
-      P.relay_out = RelayView{h, static_cast<char*>(P.relay_out_seg.payload()) + RelayView::data_offset(), slots, chunk};
-      backend_->pin(P.relay_out.data, slots * chunk);
-    }
+    if (P.path == Path::Relay) create_relay_out(P);
   }
-  boot_->barrier(opts_.timeout);
+}
 
-  // 3. Map the peers' segments. Each has exactly one other process mapping it (this one), so the
-  //    name goes right after mapping: a crash from here on leaves no name behind.
+void Transport::create_relay_out(Peer& P) {
+  uint64_t slots = static_cast<uint64_t>(opts_.relay_slots), chunk = opts_.relay_chunk_bytes;
+  P.relay_out_seg = common::Segment::create(cat(boot_->job_prefix(), "relay_", rank_, "_", P.rank),
+                                            RelayView::bytes(slots, chunk), boot_->nonce(), [&](void* m) {
+                                              auto* h = static_cast<RelayHeader*>(m);
+                                              h->slots = slots;
+                                              h->chunk_bytes = chunk;
+                                            });
+  P.relay_out_seg.set_unlink_on_destroy(true);
+  auto* h = static_cast<RelayHeader*>(P.relay_out_seg.payload());
+  P.relay_out = RelayView{h, static_cast<char*>(P.relay_out_seg.payload()) + RelayView::data_offset(), slots, chunk};
+  backend_->pin(P.relay_out.data, slots * chunk);
+}
+
+// The peers' segments (after the barrier that follows their creation). Each has exactly one other
+// process mapping it (this one), so the name goes right after mapping: a crash from here on leaves
+// no name behind.
+void Transport::map_peer_segments() {
+  const std::string& pre = boot_->job_prefix();
   if (rank_ != 0) {
     std::string cn = cat(pre, "ctl");
     ctl_seg_ = common::Segment::open(cn);
@@ -180,29 +204,22 @@ void Transport::setup_links() {
     if (!P.out_seg.valid() || P.out_seg.payload_bytes() != PairView::bytes()) missing_segment(name, p, "pair");
     P.out_seg.unlink();
     P.env.out = PairView::attach(P.out_seg.payload());
-    if (P.path == Path::Relay) {
-      std::string rn = cat(pre, "relay_", p, "_", rank_);
-      P.relay_in_seg = common::Segment::open(rn);
-      if (!P.relay_in_seg.valid()) missing_segment(rn, p, "relay");
-      P.relay_in_seg.unlink();
-      auto* h = static_cast<RelayHeader*>(P.relay_in_seg.payload());
-      uint64_t slots = h->slots, chunk = h->chunk_bytes;  // untrusted geometry: it must fit what we mapped
-      check_relay_geometry(slots, chunk, P.relay_in_seg.payload_bytes(), rn);
-      P.relay_in = RelayView{h, static_cast<char*>(P.relay_in_seg.payload()) + RelayView::data_offset(), slots, chunk};
-      backend_->pin(P.relay_in.data, slots * chunk);
-    }
+    if (P.path == Path::Relay) map_relay_in(P);
     P.send_queue = backend_->make_queue(std::max(1, opts_.stripe_streams));
     P.recv_queue = backend_->make_queue(1);
   }
-  decide_completion(prefs);
-  for (int p = 0; p < world_; ++p)
-    if (p != rank_) build_links(*peers_[p]);
-  boot_->barrier(opts_.timeout);
-  // 4. Everyone has mapped everything: the rendezvous name goes too (new jobs with this id start
-  //    clean); ours are gone already unless a peer could not remove them.
-  boot_->unlink_name();
-  for (auto& p : peers_)
-    if (p) p->in_seg.unlink(), p->relay_out_seg.unlink();
+}
+
+void Transport::map_relay_in(Peer& P) {
+  std::string rn = cat(boot_->job_prefix(), "relay_", P.rank, "_", rank_);
+  P.relay_in_seg = common::Segment::open(rn);
+  if (!P.relay_in_seg.valid()) missing_segment(rn, P.rank, "relay");
+  P.relay_in_seg.unlink();
+  auto* h = static_cast<RelayHeader*>(P.relay_in_seg.payload());
+  uint64_t slots = h->slots, chunk = h->chunk_bytes;  // untrusted geometry: it must fit what we mapped
+  check_relay_geometry(slots, chunk, P.relay_in_seg.payload_bytes(), rn);
+  P.relay_in = RelayView{h, static_cast<char*>(P.relay_in_seg.payload()) + RelayView::data_offset(), slots, chunk};
+  backend_->pin(P.relay_in.data, slots * chunk);
 }
 
 void Transport::missing_segment(const std::string& name, int owner, const char* what) {
@@ -221,7 +238,7 @@ void Transport::decide_completion(const std::vector<Completion>& prefs) {
   for (int p = 0; p < rank_; ++p) {  // higher rank: open, announce readiness, remove the name
     Peer& P = *peers_[p];
     bool wants_ring = prefs[rank_] == Completion::Ring || prefs[p] == Completion::Ring;
-    if (wants_ring || opts_.test_channel_never_ready) continue;
+    if (wants_ring || test_hooks(opts_).channel_never_ready) continue;
     P.chan_seg = common::Segment::open(cat(pre, "ch_", p, "_", rank_));
     if (P.chan_seg.valid() && P.chan_seg.payload_bytes() == sizeof(ChannelLayout)) {
       static_cast<ChannelLayout*>(P.chan_seg.payload())->opener_ready.value.store(1, std::memory_order_release);

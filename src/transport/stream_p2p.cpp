@@ -34,28 +34,16 @@ constexpr bool pow2(size_t x) { return x && (x & (x - 1)) == 0; }
 static_assert(pow2(kHostChunk) && pow2(kHostSlots) && pow2(kGpuChunk) && pow2(kGpuSlots) && pow2(kLLPiece) &&
                   pow2(kLLSmallPiece),
               "the kernels index slots and count chunks with masks and shifts (stream_device.h)");
-
-std::mutex& setup_mutex() {
-  static std::mutex m;  // guards only the check-and-create of the per-communicator slot
-  return m;
-}
 }  // namespace
 
 StreamEngine& stream_engine(CommServices& comm) {
   comm.check_usable();
-  std::lock_guard<std::mutex> g(setup_mutex());
-  std::shared_ptr<void>& slot = comm.upper_state("stream");
-  if (!slot) slot = std::make_shared<StreamEngine>(comm);
-  return *static_cast<StreamEngine*>(slot.get());
+  return comm.get_or_create<StreamEngine>([&] { return std::make_shared<StreamEngine>(comm); });
 }
 
 void stream_rethrow_async_error(CommServices& comm) {
-  std::shared_ptr<void> engine;  // held: close() frees the engine only after our caller's call ended
-  {
-    std::lock_guard<std::mutex> g(setup_mutex());
-    engine = comm.upper_state("stream");
-  }
-  if (engine) static_cast<const StreamEngine*>(engine.get())->rethrow_async_error();
+  // Held: close() frees the engine only after our caller's call ended.
+  if (std::shared_ptr<StreamEngine> engine = comm.find<StreamEngine>()) engine->rethrow_async_error();
 }
 
 StreamEngine::StreamEngine(CommServices& comm) : comm_(comm) {

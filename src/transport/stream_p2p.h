@@ -1,5 +1,5 @@
 // Stream-ordered point-to-point (Communicator::send / recv / group_start / group_end): one engine per
-// communicator, created on the first such call and kept in CommServices::upper_state("stream") (so it
+// communicator, created on the first such call and kept as its UpperState (services.h: so it
 // is destroyed before the transport closes).
 //
 // Protocol (both forms, per ordered pair, flags in the receiver's / sender's area: stream_layout.h):
@@ -63,6 +63,7 @@
 #include <vector>
 
 #include "gpu/owners.h"
+#include "transport/services.h"
 #include "transport/stream_layout.h"
 
 namespace peerlink::stream {
@@ -105,10 +106,10 @@ struct StreamOp {
   std::exception_ptr error;  // a mismatch, reported after the whole batch moved
 };
 
-class StreamEngine {
+class StreamEngine final : public UpperState {
  public:
   explicit StreamEngine(CommServices& comm);
-  ~StreamEngine();
+  ~StreamEngine() override;
   StreamEngine(const StreamEngine&) = delete;
   StreamEngine& operator=(const StreamEngine&) = delete;
 

@@ -64,6 +64,12 @@ class Transport {
   SendHandle submit_send(int peer, const void* src, size_t len, uint32_t buf_id, size_t offset, uint64_t version);
   void setup_links();
   void exchange_join_info(std::vector<std::string>& bus_ids, std::vector<Completion>& prefs);
+  // The steps of setup_links, in order (setup.cpp says what each does).
+  void choose_peer_paths(const std::vector<std::string>& bus_ids);
+  void create_owned_segments();
+  void create_relay_out(Peer& P);
+  void map_peer_segments();
+  void map_relay_in(Peer& P);
   void create_control_segment();
   void decide_completion(const std::vector<Completion>& prefs);
   void build_links(Peer& P);

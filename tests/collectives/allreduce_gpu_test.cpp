@@ -171,7 +171,7 @@ TEST(AllreduceGpu, Ll128LinesBackToBack) {
       doubling(rank, comm, n, 300, true, "LL128 two streams n=" + std::to_string(n));
     }
     const peerlink::coll::CollState& st = peerlink::coll::coll_state(comm);
-    MP_CHECK_MSG(st.ll128_max == (size_t(4) << 20), "LL128 lines are off on this pair (ll128_max " << st.ll128_max << ")");
+    MP_CHECK_MSG(st.ll128_max() == (size_t(4) << 20), "LL128 lines are off on this pair (ll128_max " << st.ll128_max() << ")");
   }, std::chrono::milliseconds(240000));
   EXPECT_EQ(fail, "");
 }

@@ -26,7 +26,7 @@ namespace pc = peerlink::coll;
 // Options from the environment with the allreduce algorithm forced ("" = auto) and a timeout.
 inline peerlink::Options allreduce_opts(const char* algo, int timeout_ms) {
   peerlink::Options o = peerlink::Options::from_env();
-  o.allreduce_algo = algo;
+  o.allreduce_algo = peerlink::parse_allreduce_algo(algo);
   o.timeout = std::chrono::milliseconds(timeout_ms);
   return o;
 }

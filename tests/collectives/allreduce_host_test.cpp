@@ -23,7 +23,7 @@ const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::
 
 Options with_algo(const char* algo) {
   Options o = Options::from_env();
-  o.allreduce_algo = algo;
+  o.allreduce_algo = peerlink::parse_allreduce_algo(algo);
   o.timeout = std::chrono::milliseconds(20000);
   return o;
 }

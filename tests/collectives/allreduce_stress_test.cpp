@@ -27,7 +27,7 @@ TEST(AllreduceHost, TenThousandBackToBack) {
   std::string fail = run_ranks(world, [&](int rank) {
     setenv("PEERLINK_ALLREDUCE_SCRATCH_BYTES", "4096", 1);  // also many multi-step calls
     Options o = Options::from_env();
-    o.allreduce_algo = "";
+    o.allreduce_algo = peerlink::AllreduceAlgo::Auto;
     Communicator comm(uid, rank, world, peerlink::kHostDevice, o);
     const size_t sizes[] = {1, 3, 17, 250, 1500, 20000};  // i32: 4 B .. 80 KB (> 64 KB: two-shot)
     std::vector<int32_t> buf(20000);
@@ -71,11 +71,16 @@ TEST(AllreduceHost, InvalidArguments) {
 TEST(AllreduceHost, BadAlgoOptionIsInvalidArgument) {
   std::string uid = unique_test_id("ar-badalgo");
   std::string fail = run_ranks(1, [&](int rank) {
-    // Options::validate() rejects it when the communicator is created (before any rendezvous),
-    // not at the first allreduce.
+    // A name that is no algorithm fails when the Options are read, naming the variable and the text.
+    setenv("PEERLINK_ALLREDUCE_ALGO", "fastest", 1);
+    MP_CHECK_THROWS(Options::from_env(), peerlink::InvalidArgument, "PEERLINK_ALLREDUCE_ALGO='fastest'");
+    unsetenv("PEERLINK_ALLREDUCE_ALGO");
+    // A value from code that is no algorithm: Options::validate() rejects it when the communicator
+    // is created (before any rendezvous), not at the first allreduce.
     Options o;
-    o.allreduce_algo = "fastest";
-    MP_CHECK_THROWS(Communicator(uid, rank, 1, peerlink::kHostDevice, o), peerlink::InvalidArgument, "fastest");
+    o.allreduce_algo = static_cast<peerlink::AllreduceAlgo>(42);
+    MP_CHECK_THROWS(Communicator(uid, rank, 1, peerlink::kHostDevice, o), peerlink::InvalidArgument,
+                    "allreduce_algo 42");
   });
   EXPECT_EQ(fail, "");
 }

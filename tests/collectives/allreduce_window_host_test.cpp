@@ -164,7 +164,7 @@ TEST(AllreduceWindowHost, BackToBackMixedWithOtherPaths3Ranks) {
   std::string uid = unique_test_id("arzc-b2b");
   std::string fail = run_ranks(world, [&](int rank) {
     Options o = allreduce_opts("", 20000);
-    o.all_gather_algo = "zero_copy";
+    o.all_gather_algo = peerlink::CollAlgo::ZeroCopy;
     Communicator comm(uid, rank, world, peerlink::kHostDevice, o);
     Arena arena(comm, 1 << 20);
     const size_t big = 20000, small = 300;  // 80 KB: zero-copy by auto; 1.2 KB: staged

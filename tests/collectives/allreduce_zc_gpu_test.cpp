@@ -105,7 +105,7 @@ TEST(AllreduceZcGpu, GraphWindowsReplay) {
     // Where auto takes the zero-copy allreduce at 32 MB (allreduce.cpp): 4 ranks, every pair NVLink.
     const bool by_auto = world == 4 && [&] {
       Communicator probe(uid + "-probe", rank, world, devs[rank], allreduce_opts("", 60000));
-      return peerlink::coll::coll_state(probe).nvlink_all;
+      return peerlink::coll::coll_state(probe).nvlink_all();
     }();
     Options o = allreduce_opts(by_auto ? "" : "zero_copy", 60000);
     if (!by_auto) o.coll_graph_register = 2;
@@ -116,7 +116,7 @@ TEST(AllreduceZcGpu, GraphWindowsReplay) {
     char* out = static_cast<char*>(peerlink::device::alloc(b));
     auto val = [](int rep, int r, size_t i) { return int32_t((uint32_t(rep) * 2654435761u + uint32_t(r) * 40503u + uint32_t(i)) % 1000003u); };
     std::vector<int32_t> h(n);
-    auto windows = [&] { return peerlink::coll::coll_state(comm).graph_windows.wins.size(); };
+    auto windows = [&] { return peerlink::coll::coll_state(comm).graph_windows().wins.size(); };
     for (bool in_place : {false, true}) {
       char* dst = in_place ? in : out;
       auto fill = [&](int rep) {

@@ -55,7 +55,7 @@ struct Config {
 
 Options opts(const Config& c) {
   Options o = Options::from_env();
-  o.all_gather_algo = o.broadcast_algo = o.all_to_all_algo = o.reduce_scatter_algo = o.reduce_algo = c.algo;
+  o.all_gather_algo = o.broadcast_algo = o.all_to_all_algo = o.reduce_scatter_algo = o.reduce_algo = peerlink::parse_coll_algo(c.algo);
   o.allreduce_scratch_bytes = c.scratch;
   o.coll_ce_chunk_bytes = c.chunk;
   o.coll_ce_lanes = c.lanes;

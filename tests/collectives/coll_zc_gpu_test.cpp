@@ -36,7 +36,7 @@ namespace gpu = peerlink::gpu;
 
 Options zc_opts() {
   Options o = Options::from_env();
-  o.all_gather_algo = o.all_to_all_algo = o.broadcast_algo = o.reduce_algo = o.reduce_scatter_algo = "zero_copy";
+  o.all_gather_algo = o.all_to_all_algo = o.broadcast_algo = o.reduce_algo = o.reduce_scatter_algo = peerlink::CollAlgo::ZeroCopy;
   o.timeout = std::chrono::milliseconds(60000);
   return o;
 }
@@ -226,7 +226,7 @@ TEST(CollZcGpu, GraphRegistersPlainBuffers) {
     gpu::set_device(devs[rank]);
     Options o = Options::from_env();
     o.coll_zero_copy_min = size_t(1) << 20;
-    o.reduce_scatter_algo = "zero_copy";
+    o.reduce_scatter_algo = peerlink::CollAlgo::ZeroCopy;
     o.timeout = std::chrono::milliseconds(60000);
     Communicator comm(uid, rank, world, devs[rank], o);
     gpu::Stream s = gpu::stream_create();
@@ -236,8 +236,8 @@ TEST(CollZcGpu, GraphRegistersPlainBuffers) {
     auto* a2a = static_cast<char*>(peerlink::device::alloc(world * b));
     auto* rs = static_cast<char*>(peerlink::device::alloc(b));
     auto windows = [&] {
-      peerlink::coll::CollState* st = peerlink::coll::coll_state_if_set(comm);
-      return st ? st->graph_windows.wins.size() : size_t(0);
+      auto st = peerlink::coll::coll_state_if_set(comm);
+      return st ? st->graph_windows().wins.size() : size_t(0);
     };
     auto val = [](int rep, int r, size_t i) { return int32_t((rep * 131 + r * 17 + int(i)) % 100003 + 1); };
     std::vector<int32_t> h(world * n), out(world * n);

@@ -26,9 +26,9 @@ TEST(CollCeOptions, ParseAndValidate) {
   EXPECT_STREQ(peerlink::to_string(CollAlgo::CopyEngine), "ce");
   EXPECT_THROW(peerlink::parse_coll_algo("cee"), InvalidArgument);
   Options o;
-  o.all_gather_algo = o.broadcast_algo = o.all_to_all_algo = "ce";
+  o.all_gather_algo = o.broadcast_algo = o.all_to_all_algo = CollAlgo::CopyEngine;
   EXPECT_NO_THROW(o.validate());
-  o.reduce_algo = o.reduce_scatter_algo = "ce";  // copy in, reduction kernel per step
+  o.reduce_algo = o.reduce_scatter_algo = CollAlgo::CopyEngine;  // copy in, reduction kernel per step
   EXPECT_NO_THROW(o.validate());
   Options l;
   l.coll_ce_lanes = 0;
@@ -59,7 +59,7 @@ TEST(CollCeOptions, FromEnv) {
   EXPECT_EQ(o.coll_ce_min, size_t(1048576));
   EXPECT_EQ(o.coll_ce_chunk_bytes, size_t(4194304));
   EXPECT_EQ(o.coll_ce_lanes, 2);
-  EXPECT_EQ(peerlink::parse_coll_algo(o.broadcast_algo), CollAlgo::CopyEngine);
+  EXPECT_EQ(o.broadcast_algo, CollAlgo::CopyEngine);
   for (const Var& v : good) unsetenv(v.name);
   const Var bad[] = {{"PEERLINK_COLL_CE_LANES", "9"}, {"PEERLINK_COLL_LL_MAX", "-1"}, {"PEERLINK_REDUCE_ALGO", "c"},
                      {"PEERLINK_COLL_CE_CHUNK_BYTES", "8"}};
@@ -100,7 +100,7 @@ void sweep(int world, Options o, const std::vector<size_t>& sizes, const char* t
 
 Options ce_opts() {
   Options o = Options::from_env();
-  o.all_gather_algo = o.broadcast_algo = o.all_to_all_algo = o.reduce_algo = o.reduce_scatter_algo = "ce";
+  o.all_gather_algo = o.broadcast_algo = o.all_to_all_algo = o.reduce_algo = o.reduce_scatter_algo = CollAlgo::CopyEngine;
   o.allreduce_scratch_bytes = 1024;  // many steps per call
   o.coll_ce_chunk_bytes = 256;
   o.coll_ce_lanes = 3;

@@ -27,9 +27,9 @@ namespace gpu = peerlink::gpu;
 Options opts(const char* algo, size_t scratch = 0) {
   Options o = Options::from_env();
   o.allreduce_scratch_bytes = scratch;
-  o.broadcast_algo = o.reduce_algo = algo;
+  o.broadcast_algo = o.reduce_algo = peerlink::parse_coll_algo(algo);
   if (std::string(algo) != "two_hop")  // a path of the rooted kinds only (Options::validate)
-    o.all_gather_algo = o.reduce_scatter_algo = o.all_to_all_algo = algo;
+    o.all_gather_algo = o.reduce_scatter_algo = o.all_to_all_algo = o.broadcast_algo;
   o.timeout = std::chrono::milliseconds(60000);
   return o;
 }

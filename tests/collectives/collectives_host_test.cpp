@@ -22,9 +22,9 @@ const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::
 
 Options opts(const char* algo, size_t scratch = 0) {
   Options o = Options::from_env();
-  o.broadcast_algo = o.reduce_algo = algo;
+  o.broadcast_algo = o.reduce_algo = peerlink::parse_coll_algo(algo);
   if (std::string(algo) != "two_hop")  // a path of the rooted kinds only (Options::validate)
-    o.all_gather_algo = o.reduce_scatter_algo = o.all_to_all_algo = algo;
+    o.all_gather_algo = o.reduce_scatter_algo = o.all_to_all_algo = o.broadcast_algo;
   o.allreduce_scratch_bytes = scratch;
   o.timeout = std::chrono::milliseconds(20000);
   return o;

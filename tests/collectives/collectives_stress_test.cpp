@@ -151,14 +151,22 @@ TEST(CollectivesHost, InvalidArgumentsWriteNothing) {
 
 TEST(CollectivesHost, BadAlgoOptionIsInvalidArgument) {
   Options o;
-  o.all_to_all_algo = "fastest";
+  o.all_to_all_algo = static_cast<peerlink::CollAlgo>(42);
   try {
     o.validate();
-    FAIL() << "validate() accepted all_to_all_algo 'fastest'";
+    FAIL() << "validate() accepted all_to_all_algo 42";
   } catch (const peerlink::InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("fastest"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("all_to_all_algo 42"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("PEERLINK_ALL_TO_ALL_ALGO"), std::string::npos) << e.what();
   }
+  setenv("PEERLINK_ALL_TO_ALL_ALGO", "fastest", 1);
+  try {
+    Options::from_env();
+    ADD_FAILURE() << "from_env() accepted PEERLINK_ALL_TO_ALL_ALGO=fastest";
+  } catch (const peerlink::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("PEERLINK_ALL_TO_ALL_ALGO='fastest'"), std::string::npos) << e.what();
+  }
+  unsetenv("PEERLINK_ALL_TO_ALL_ALGO");
   EXPECT_EQ(peerlink::parse_coll_algo("LL"), peerlink::CollAlgo::LL);
   EXPECT_EQ(peerlink::parse_coll_algo(""), peerlink::CollAlgo::Auto);
   EXPECT_STREQ(peerlink::to_string(peerlink::CollAlgo::Push), "push");
@@ -171,7 +179,7 @@ TEST(CollectivesHost, NoLLAreaFallsBackToPush) {
   std::string fail = run_ranks(2, [&](int rank) {
     Options o = Options::from_env();
     o.allreduce_ll_max = 0;
-    o.broadcast_algo = "ll";
+    o.broadcast_algo = peerlink::CollAlgo::LL;
     Communicator comm(uid, rank, 2, peerlink::kHostDevice, o);
     std::vector<int64_t> a(10, rank + 1), b(20, 0);
     MP_CHECK_THROWS(peerlink::broadcast(comm, a.data(), a.data(), a.size(), DataType::I64, 0),
@@ -189,7 +197,7 @@ TEST(CollectivesHost, PeerDeathIsPeerLost) {
     std::string fail = run_ranks(3, [&](int rank) {
       Options o = Options::from_env();
       o.timeout = std::chrono::milliseconds(10000);
-      o.all_gather_algo = o.broadcast_algo = algo;
+      o.all_gather_algo = o.broadcast_algo = peerlink::parse_coll_algo(algo);
       Communicator comm(uid, rank, 3, peerlink::kHostDevice, o);
       std::vector<float> a(100, 1.0f), b(300);
       peerlink::all_gather(comm, a.data(), b.data(), a.size(), DataType::F32);

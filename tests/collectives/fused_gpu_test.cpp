@@ -41,7 +41,7 @@ const Config kTwoShot{"twoshot", "twoshot", size_t(512) << 10, size_t(4) << 20, 
 
 Options opts(const Config& c) {
   Options o = Options::from_env();
-  o.fused_algo = c.algo;
+  o.fused_algo = peerlink::parse_allreduce_algo(c.algo);
   o.allreduce_ll_max = c.ll_max;
   o.allreduce_ll128_max = c.ll128_max;
   o.allreduce_scratch_bytes = c.scratch;

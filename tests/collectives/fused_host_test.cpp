@@ -20,7 +20,7 @@ using peerlink::Options;
 
 Options opts(const char* algo, size_t scratch = 0) {
   Options o = Options::from_env();
-  o.fused_algo = algo;
+  o.fused_algo = peerlink::parse_allreduce_algo(algo);
   o.allreduce_scratch_bytes = scratch;
   o.timeout = std::chrono::milliseconds(30000);
   return o;

@@ -30,12 +30,12 @@ Options graph_opts(int mode) {
 }
 
 size_t graph_windows(Communicator& comm) {
-  peerlink::coll::CollState* st = peerlink::coll::coll_state_if_set(comm);
-  return st ? st->graph_windows.wins.size() : 0;
+  auto st = peerlink::coll::coll_state_if_set(comm);
+  return st ? st->graph_windows().wins.size() : 0;
 }
 uint64_t newest_graph_window(Communicator& comm) {
-  peerlink::coll::CollState* st = peerlink::coll::coll_state_if_set(comm);
-  return st && !st->graph_windows.wins.empty() ? st->graph_windows.wins.back()->w.id : 0;
+  auto st = peerlink::coll::coll_state_if_set(comm);
+  return st && !st->graph_windows().wins.empty() ? st->graph_windows().wins.back()->w.id : 0;
 }
 
 int32_t val(int call, int rank, size_t i) { return int32_t((call * 7919 + rank * 104729 + int(i) * 31) % 1000003 + 1); }

@@ -17,6 +17,7 @@
 
 #include "coll_harness.h"
 #include "common/shm_segment.h"
+#include "config/test_hooks.h"
 #include "peerlink/errors.h"
 #include "support/mp.h"
 #include "window_host_harness.h"
@@ -125,7 +126,7 @@ TEST(CollWindowHost, ForcedOnReducingKindsIsInvalidArgument) {
   std::string uid = unique_test_id("cowin-red");
   std::string fail = run_ranks(2, [&](int rank) {
     Options o = wopts("", 1, 5000);
-    o.reduce_algo = o.reduce_scatter_algo = "zero_copy";
+    o.reduce_algo = o.reduce_scatter_algo = peerlink::CollAlgo::ZeroCopy;
     auto comm = std::make_unique<Communicator>(uid, rank, 2, peerlink::kHostDevice, o);
     char* a = static_cast<char*>(comm->alloc(8192));
     uint64_t w = peerlink::register_window(*comm, a, 8192);
@@ -167,7 +168,7 @@ TEST(CollWindowHost, MappingFailureOnOneRankMeansNoZeroCopyAnywhere) {
   std::string uid = unique_test_id("cowin-mapfail");
   std::string fail = run_ranks(3, [&](int rank) {
     peerlink::Options o = wopts("", 1, 5000);
-    o.test_window_map_fail = rank == 1;
+    peerlink::detail::set_test_hook(o, &peerlink::detail::TestHooks::window_map_fail, rank == 1);
     Communicator comm(uid, rank, 3, peerlink::kHostDevice, o);
     const size_t n = 1000;
     auto* dst = static_cast<int32_t*>(comm.alloc(n * 3 * sizeof(int32_t)));

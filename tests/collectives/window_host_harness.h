@@ -21,7 +21,7 @@ using ms = std::chrono::milliseconds;
 
 inline peerlink::Options wopts(const char* algo, size_t zc_min, int timeout_ms = 20000) {
   peerlink::Options o = peerlink::Options::from_env();
-  o.all_gather_algo = o.broadcast_algo = o.all_to_all_algo = o.reduce_algo = o.reduce_scatter_algo = algo;
+  o.all_gather_algo = o.broadcast_algo = o.all_to_all_algo = o.reduce_algo = o.reduce_scatter_algo = peerlink::parse_coll_algo(algo);
   o.coll_zero_copy_min = zc_min;
   o.timeout = ms(timeout_ms);
   return o;

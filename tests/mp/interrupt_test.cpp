@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "peerlink/collectives.h"
+#include "config/test_hooks.h"
 #include "peerlink/peerlink.h"
 #include "support/mp.h"
 
@@ -97,7 +98,7 @@ TEST(MpInterrupt, ConstructorDuringSetup) {
     Options o = with_hook(h);
     o.channel_ready_timeout = milliseconds(20000);
     if (rank == 1) {
-      o.test_channel_never_ready = true;
+      peerlink::detail::set_test_hook(o, &peerlink::detail::TestHooks::channel_never_ready);
       MP_CHECK_THROWS(Communicator(uid, 1, 2, kHostDevice, o), PeerLostError, "rank 0");
       return;
     }

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <thread>
 
+#include "config/test_hooks.h"
 #include "peerlink/peerlink.h"
 #include "support/mp.h"
 
@@ -262,7 +263,7 @@ TEST(MpSetupDeath, ChannelWaitNoticesDeadPeerAndLeavesNothing) {
     Options o = opts(20000);
     o.channel_ready_timeout = milliseconds(20000);
     if (rank == 1) {
-      o.test_channel_never_ready = true;
+      peerlink::detail::set_test_hook(o, &peerlink::detail::TestHooks::channel_never_ready);
       // Dies once rank 0 has created its channel (it then waits for us to open it).
       o.interrupt_check = [prefix] {
         for (const auto& n : common::list_segments(prefix))

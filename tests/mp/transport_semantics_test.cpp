@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "config/test_hooks.h"
 #include "peerlink/peerlink.h"
 #include "support/mp.h"
 
@@ -145,7 +146,7 @@ TEST(MpFallback, ChannelNeverReadyBothSidesUseRing) {
   const std::string uid = pltest::unique_test_id("fallback");
   std::string fails = run_ranks(3, [&](int rank) {
     Options o = test_opts();
-    o.test_channel_never_ready = true;
+    peerlink::detail::set_test_hook(o, &peerlink::detail::TestHooks::channel_never_ready);
     o.channel_ready_timeout = std::chrono::milliseconds(200);
     Communicator comm(uid, rank, 3, kHostDevice, o);
     char* buf = static_cast<char*>(comm.alloc(3 * 256));

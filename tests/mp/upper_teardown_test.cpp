@@ -19,13 +19,13 @@ using pltest::run_ranks;
 namespace {
 
 // An upper layer's state: owns an allocation of its own and a mapping of the peer's.
-struct Probe {
+struct Probe final : detail::UpperState {
   detail::CommServices* svc = nullptr;
   void* mine = nullptr;
   int peer = -1;
   gpu::MemHandle theirs;
   bool* freed = nullptr;
-  ~Probe() {
+  ~Probe() override {
     if (!svc) return;
     try {
       svc->release_peer_memory(peer, theirs);
@@ -65,7 +65,10 @@ TEST(MpUpperTeardown, UpperStateFreesItsMemoryAtClose) {
       probe->peer = peer;
       probe->theirs = all[peer];
       probe->freed = &freed;
-      svc.upper_state("probe") = std::move(probe);
+      MP_CHECK(&svc.get_or_create<Probe>([&] { return probe; }) == probe.get());
+      MP_CHECK(svc.find<Probe>() == probe);
+      MP_CHECK(&svc.get_or_create<Probe>([] { return std::make_shared<Probe>(); }) == probe.get());  // made once
+      probe.reset();  // the communicator owns it now
       // Real upper layers too: their teardown takes the same path.
       float x[4] = {1, 2, 3, 4};
       allreduce(comm, x, x, 4, DataType::F32, ReduceOp::Sum);

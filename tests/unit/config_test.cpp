@@ -1,10 +1,13 @@
-// Options (config/): every knob from the environment, one validate() for values from code too, and
-// nothing cached between communicators (issue 11.2).
+// Options (config/): every knob from the environment through the one registry, one validate() for
+// values from code too, and nothing cached between communicators.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <set>
 #include <string>
 
+#include "config/knobs.h"
+#include "config/test_hooks.h"
 #include "peerlink/communicator.h"
 #include "peerlink/errors.h"
 #include "peerlink/options.h"
@@ -44,7 +47,9 @@ TEST(Config, AllreduceKnobsAreOptionsFields) {
   EXPECT_EQ(d.allreduce_ll_max, size_t(512) << 10);
   EXPECT_EQ(d.allreduce_ll128_max, size_t(4) << 20);
   EXPECT_EQ(d.allreduce_pdl, -1);
-  EXPECT_FALSE(d.allreduce_oneshot_generic);
+  EXPECT_FALSE(detail::test_hooks(d).allreduce_oneshot_generic);
+  EXPECT_EQ(d.test_hooks, nullptr);
+  EXPECT_EQ(d.allreduce_algo, AllreduceAlgo::Auto);
   EnvScope env;
   env.set("PEERLINK_ALLREDUCE_SCRATCH_BYTES", "4096");
   env.set("PEERLINK_ALLREDUCE_THREADS", "256");
@@ -63,8 +68,8 @@ TEST(Config, AllreduceKnobsAreOptionsFields) {
   EXPECT_EQ(o.allreduce_ll_max, 1024u);
   EXPECT_EQ(o.allreduce_ll128_max, 0u);
   EXPECT_EQ(o.allreduce_pdl, 0);
-  EXPECT_TRUE(o.allreduce_oneshot_generic);
-  EXPECT_EQ(parse_allreduce_algo(o.allreduce_algo), AllreduceAlgo::TwoShot);
+  EXPECT_TRUE(detail::test_hooks(o).allreduce_oneshot_generic);
+  EXPECT_EQ(o.allreduce_algo, AllreduceAlgo::TwoShot);
 }
 
 TEST(Config, FromEnvNamesTheVariableAndValue) {
@@ -104,17 +109,18 @@ TEST(Config, ValidateHoldsValuesFromCodeToTheSameRules) {
   bad([](Options& o) { o.allreduce_scratch_bytes = 8; }, "allreduce_scratch_bytes");
   bad([](Options& o) { o.allreduce_pdl = 2; }, "allreduce_pdl");
   bad([](Options& o) { o.allreduce_ll128_max = size_t(1) << 27; }, "allreduce_ll128_max");
-  bad([](Options& o) { o.allreduce_algo = "quick"; }, "quick");
+  bad([](Options& o) { o.allreduce_algo = static_cast<AllreduceAlgo>(9); }, "allreduce_algo 9");
+  bad([](Options& o) { o.completion = static_cast<Completion>(7); }, "PEERLINK_COMPLETION");
+  bad([](Options& o) { o.log_level = static_cast<LogLevel>(-2); }, "log_level");
+  bad([](Options& o) { o.fd_passing = static_cast<DescriptorPassing>(3); }, "fd_passing");
   bad([](Options& o) { o.p2p_level = "PCIE"; }, "PCIE");
+  bad([](Options& o) { o.coll_ce_chunk_bytes = 63; }, "coll_ce_chunk_bytes 63 is below 64");
   Options ok;
   ok.p2p_level = "nvl";
-  ok.allreduce_algo = "bandwidth";
+  ok.allreduce_algo = AllreduceAlgo::Bandwidth;
   EXPECT_NO_THROW(ok.validate());
-  for (const char* zc : {"zero_copy", "ZC", "zero-copy", "zerocopy"}) {
+  for (const char* zc : {"zero_copy", "ZC", "zero-copy", "zerocopy"})
     EXPECT_EQ(parse_allreduce_algo(zc), AllreduceAlgo::ZeroCopy) << zc;
-    ok.allreduce_algo = zc;
-    EXPECT_NO_THROW(ok.validate()) << zc;
-  }
   EXPECT_STREQ(to_string(AllreduceAlgo::ZeroCopy), "zero_copy");
 }
 
@@ -166,4 +172,77 @@ TEST(Config, NothingCachedBetweenReads) {
   EXPECT_EQ(Options::from_env().allreduce_blocks, 16);
   unsetenv("PEERLINK_ALLREDUCE_BLOCKS");
   EXPECT_EQ(Options::from_env().allreduce_blocks, 0);
+}
+
+// The registry: one row per variable and per field, each default valid, and the docs listing every
+// user and tuning knob but no test switch.
+TEST(Config, RegistryRowsAreDistinctAndDocumented) {
+  std::set<std::string> vars, fields;
+  const std::string md = config::render_configuration_markdown();
+  const Options defaults;
+  const detail::TestHooks hooks;
+  for (const auto& k : config::knobs()) {
+    EXPECT_TRUE(vars.insert(k->var).second) << "two rows read " << k->var;
+    if (k->alias) {
+      EXPECT_TRUE(vars.insert(k->alias).second) << "two rows read " << k->alias;
+    }
+    EXPECT_TRUE(fields.insert(k->field).second) << "two rows set " << k->field;
+    EXPECT_NO_THROW(k->check(config::ConstSettings{defaults, hooks})) << k->var;
+    EXPECT_FALSE(std::string(k->doc).empty()) << k->var;
+    const bool listed = md.find(std::string("`") + k->var + "`") != std::string::npos;
+    EXPECT_EQ(listed, k->audience != config::Audience::Test) << k->var;
+  }
+  EXPECT_GE(vars.size(), 50u);
+  EXPECT_LT(md.find("`PEERLINK_TIMEOUT_MS`"), md.find("## Advanced"));  // user knobs first
+  EXPECT_GT(md.find("`PEERLINK_RELAY_SLOTS`"), md.find("## Advanced"));
+}
+
+// Test switches come from their variables into the internal block, which copies of the Options share;
+// none set: no block at all.
+TEST(Config, TestHooksFromTheirVariables) {
+  EXPECT_EQ(Options::from_env().test_hooks, nullptr);
+  EnvScope env;
+  env.set("PEERLINK_TEST_CHANNEL_NEVER_READY", "1");
+  env.set("PEERLINK_TEST_WINDOW_MAP_FAIL", "yes");
+  Options o = Options::from_env();
+  ASSERT_NE(o.test_hooks, nullptr);
+  EXPECT_TRUE(detail::test_hooks(o).channel_never_ready);
+  EXPECT_TRUE(detail::test_hooks(o).window_map_fail);
+  EXPECT_FALSE(detail::test_hooks(o).allreduce_oneshot_generic);
+  Options copy = o;
+  EXPECT_TRUE(detail::test_hooks(copy).channel_never_ready);
+  detail::set_test_hook(copy, &detail::TestHooks::channel_never_ready, false);
+  EXPECT_FALSE(detail::test_hooks(copy).channel_never_ready);
+  EXPECT_TRUE(detail::test_hooks(copy).window_map_fail);
+  EXPECT_TRUE(detail::test_hooks(o).channel_never_ready);  // the original keeps its own
+  env.set("PEERLINK_TEST_WINDOW_MAP_FAIL", "sometimes");
+  EXPECT_NE(error_of([] { Options::from_env(); }).find("PEERLINK_TEST_WINDOW_MAP_FAIL='sometimes'"), std::string::npos);
+}
+
+// NCCL's variables stand in for unset PEERLINK_ ones, read as NCCL reads them (never an error).
+TEST(Config, NcclAliasesAreReadLeniently) {
+  {
+    EnvScope env;
+    env.set("NCCL_P2P_DISABLE", "1");
+    env.set("NCCL_P2P_LEVEL", "PXB");
+    env.set("NCCL_TOPO_FILE", "/tmp/topo.xml");
+    Options o = Options::from_env();
+    EXPECT_TRUE(o.p2p_disable);
+    EXPECT_EQ(o.p2p_level, "PXB");
+    EXPECT_EQ(o.topo_file, "/tmp/topo.xml");
+  }
+  {
+    EnvScope env;
+    env.set("NCCL_P2P_DISABLE", "1");
+    env.set("PEERLINK_P2P_DISABLE", "0");  // the PEERLINK_ variable wins
+    env.set("NCCL_P2P_LEVEL", "NOT_A_LEVEL");  // ignored, as NCCL ignores what it cannot read
+    Options o = Options::from_env();
+    EXPECT_FALSE(o.p2p_disable);
+    EXPECT_EQ(o.p2p_level, "");
+  }
+  {
+    EnvScope env;
+    env.set("NCCL_P2P_DISABLE", "2");  // NCCL: any integer but 0 is on
+    EXPECT_TRUE(Options::from_env().p2p_disable);
+  }
 }

@@ -100,22 +100,32 @@ TEST(FusedPlan, ShardsCutEveryStepIntoConsecutiveRanges) {
 }
 
 TEST(FusedPlan, FusedAlgoIsAnOptionsField) {
+  using peerlink::AllreduceAlgo;
   peerlink::Options o;
-  EXPECT_EQ(o.fused_algo, "");
-  for (const char* ok : {"", "auto", "oneshot", "TwoShot", "two_shot"}) {
+  EXPECT_EQ(o.fused_algo, AllreduceAlgo::Auto);
+  for (AllreduceAlgo ok : {AllreduceAlgo::Auto, AllreduceAlgo::OneShot, AllreduceAlgo::TwoShot}) {
     o.fused_algo = ok;
-    EXPECT_NO_THROW(o.validate()) << ok;
+    EXPECT_NO_THROW(o.validate()) << peerlink::to_string(ok);
   }
-  for (const char* bad : {"bandwidth", "zero_copy", "fastest"}) {
+  for (AllreduceAlgo bad : {AllreduceAlgo::Bandwidth, AllreduceAlgo::ZeroCopy}) {
     o.fused_algo = bad;
     try {
       o.validate();
+      ADD_FAILURE() << peerlink::to_string(bad) << " was accepted";
+    } catch (const peerlink::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("PEERLINK_FUSED_ALGO"), std::string::npos) << e.what();
+    }
+  }
+  for (const char* bad : {"bandwidth", "zero_copy", "fastest"}) {
+    setenv("PEERLINK_FUSED_ALGO", bad, 1);
+    try {
+      peerlink::Options::from_env();
       ADD_FAILURE() << bad << " was accepted";
     } catch (const peerlink::InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find(std::string("PEERLINK_FUSED_ALGO='") + bad), std::string::npos) << e.what();
     }
   }
   setenv("PEERLINK_FUSED_ALGO", "TWOSHOT", 1);
-  EXPECT_EQ(peerlink::Options::from_env().fused_algo, "twoshot");
+  EXPECT_EQ(peerlink::Options::from_env().fused_algo, AllreduceAlgo::TwoShot);
   unsetenv("PEERLINK_FUSED_ALGO");
 }

@@ -262,22 +262,31 @@ TEST(WindowOptions, ParseAndEnv) {
   EXPECT_STREQ(peerlink::to_string(peerlink::CollAlgo::TwoHop), "two_hop");
   {
     peerlink::Options o;
-    o.broadcast_algo = o.reduce_algo = "two_hop";
+    o.broadcast_algo = o.reduce_algo = peerlink::CollAlgo::TwoHop;
     EXPECT_NO_THROW(o.validate());
-    o.all_gather_algo = "two-hop";  // broadcast and reduce only
+    o.all_gather_algo = peerlink::CollAlgo::TwoHop;  // broadcast and reduce only
     try {
       o.validate();
-      ADD_FAILURE() << "validate() accepted all_gather_algo two-hop";
+      ADD_FAILURE() << "validate() accepted all_gather_algo two_hop";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("all_gather_algo two_hop"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("PEERLINK_ALL_GATHER_ALGO"), std::string::npos) << e.what();
+    }
+    setenv("PEERLINK_ALL_GATHER_ALGO", "two-hop", 1);
+    try {
+      peerlink::Options::from_env();
+      ADD_FAILURE() << "from_env() accepted PEERLINK_ALL_GATHER_ALGO=two-hop";
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find("PEERLINK_ALL_GATHER_ALGO='two-hop'"), std::string::npos) << e.what();
     }
+    unsetenv("PEERLINK_ALL_GATHER_ALGO");
   }
   EXPECT_EQ(peerlink::Options{}.coll_zero_copy_min, size_t(8) << 20);
   setenv("PEERLINK_COLL_ZERO_COPY_MIN", "1024", 1);
   setenv("PEERLINK_ALL_GATHER_ALGO", "zc", 1);
   peerlink::Options o = peerlink::Options::from_env();
   EXPECT_EQ(o.coll_zero_copy_min, size_t(1024));
-  EXPECT_EQ(peerlink::parse_coll_algo(o.all_gather_algo), peerlink::CollAlgo::ZeroCopy);
+  EXPECT_EQ(o.all_gather_algo, peerlink::CollAlgo::ZeroCopy);
   setenv("PEERLINK_COLL_ZERO_COPY_MIN", "0", 1);
   EXPECT_EQ(peerlink::Options::from_env().coll_zero_copy_min, size_t(0));
   setenv("PEERLINK_COLL_ZERO_COPY_MIN", "-1", 1);
