@@ -61,6 +61,15 @@ $(NCCL_TEST_BIN): $(NCCL_TEST_SRCS) tests/nccl/nccl_harness.h $(NCCL_SHIM) $(BUI
 	@mkdir -p $(dir $@)
 	$(CXX) $(NCCL_SHIM_CXXFLAGS) -o $@ $(NCCL_TEST_SRCS) -L$(BUILD)/lib -lnccl -lpeerlink $(LIB_RPATH) $(LDFLAGS_ALL) -lgtest -lgtest_main
 
+# Communicator creation time through the C API (benchmarks/nccl/init_bench.cpp; not part of `make
+# benchmarks`, which links libpeerlink only): make nccl-init-bench, then run $(BUILD)/bin/nccl_init_bench.
+NCCL_INIT_BENCH := $(BUILD)/bin/nccl_init_bench
+.PHONY: nccl-init-bench
+nccl-init-bench: $(NCCL_INIT_BENCH)
+$(NCCL_INIT_BENCH): benchmarks/nccl/init_bench.cpp $(NCCL_SHIM) $(BUILD)/lib/libnccl.so
+	@mkdir -p $(dir $@)
+	$(CXX) $(NCCL_SHIM_CXXFLAGS) -o $@ $< -L$(BUILD)/lib -lnccl -lpeerlink $(LIB_RPATH) $(LDFLAGS_ALL)
+
 test-nccl: $(NCCL_SHIM) $(NCCL_TEST_BIN)
 	bash tests/nccl/check_exports.sh $(NCCL_INC)/nccl.h $(NCCL_SHIM)
 	PEERLINK_NCCL_HOST_BACKEND=1 $(NCCL_TEST_BIN)
