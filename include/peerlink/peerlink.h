@@ -9,6 +9,9 @@
 #include "peerlink/collectives.h"
 #include "peerlink/windows.h"
 #endif
+#if __has_include("peerlink/multinode.h")
+#include "peerlink/multinode.h"
+#endif
 #if __has_include("peerlink/topology.h")
 #include "peerlink/topology.h"
 #endif

@@ -67,6 +67,7 @@ constexpr Range kStreamCeMin{"stream_ce_min", "PEERLINK_STREAM_CE_MIN", 0, 1LL <
 constexpr Range kStreamDirectMin{"stream_direct_min", "PEERLINK_STREAM_DIRECT_MIN", 0, 1LL << 40};
 constexpr Range kStreamDirectIpcMin{"stream_direct_ipc_min", "PEERLINK_STREAM_DIRECT_IPC_MIN", 0, 1LL << 40};
 constexpr Range kNcclP2pPlanMin{"nccl_p2p_plan_min", "PEERLINK_NCCL_P2P_PLAN_MIN", 0, 1LL << 40};
+constexpr Range kHierMinBytes{"hier_min_bytes", "PEERLINK_HIER_MIN_BYTES", 0, 1LL << 50};
 constexpr Range kStreamCeLanes{"stream_ce_lanes", "PEERLINK_STREAM_CE_LANES", 1, 4};
 
 long long parse_int(const Range& r, const char* v) {
@@ -233,6 +234,14 @@ Options Options::from_env() {
   if (const char* v = env("NCCL_DEBUG")) o.nccl_debug = v;
   if (const char* v = env("PEERLINK_NCCL_HOST_BACKEND"))
     o.nccl_host_backend = parse_bool("PEERLINK_NCCL_HOST_BACKEND", v);
+  // NCCL's own names after ours, as NCCL reads them (any string; never rejected).
+  if (const char* v = env("PEERLINK_HOSTID")) o.host_id = v;
+  else if (const char* w = env("NCCL_HOSTID")) o.host_id = w;
+  if (const char* v = env("PEERLINK_SOCKET_IFNAME")) o.socket_ifname = v;
+  else if (const char* w = env("NCCL_SOCKET_IFNAME")) o.socket_ifname = w;
+  if (const char* v = env(kHierMinBytes.var)) o.hier_min_bytes = static_cast<size_t>(parse_int(kHierMinBytes, v));
+  if (const char* v = env("PEERLINK_TEST_HIER_REAL_ENGINE"))
+    o.test_hier_real_engine = parse_bool("PEERLINK_TEST_HIER_REAL_ENGINE", v);
   if (const char* v = env(kChannelReady.var))
     o.channel_ready_timeout = std::chrono::milliseconds(parse_int(kChannelReady, v));
   if (const char* v = env(kRelayChunk.var)) o.relay_chunk_bytes = static_cast<size_t>(parse_int(kRelayChunk, v));
@@ -361,6 +370,7 @@ void Options::validate() const {
   check_size(kStreamDirectIpcMin, stream_direct_ipc_min);
   check_size(kNcclP2pPlanMin, nccl_p2p_plan_min);
   check(kStreamCeLanes, stream_ce_lanes);
+  check_size(kHierMinBytes, hier_min_bytes);
 }
 
 }  // namespace peerlink
