@@ -57,7 +57,7 @@ $(BUILD)/lib/libnccl.so: $(NCCL_SHIM)
 
 # The C API test links the shim (as an NCCL program would) and nothing internal.
 NCCL_TEST_SRCS := $(sort $(wildcard tests/nccl/*_test.cpp))
-$(NCCL_TEST_BIN): $(NCCL_TEST_SRCS) tests/nccl/nccl_harness.h $(NCCL_SHIM) $(BUILD)/lib/libnccl.so
+$(NCCL_TEST_BIN): $(NCCL_TEST_SRCS) $(wildcard tests/nccl/*.h) $(NCCL_SHIM) $(BUILD)/lib/libnccl.so
 	@mkdir -p $(dir $@)
 	$(CXX) $(NCCL_SHIM_CXXFLAGS) -o $@ $(NCCL_TEST_SRCS) -L$(BUILD)/lib -lnccl -lpeerlink $(LIB_RPATH) $(LDFLAGS_ALL) -lgtest -lgtest_main
 
