@@ -42,7 +42,7 @@ class TcpMeeting : public Meeting {
   NodeMap meet() override {
     // The service waits Options::timeout from the first rank; ours started no earlier, so a little
     // more lets its answer (naming who is missing) arrive first.
-    auto deadline = Clock::now() + opts_.timeout + std::chrono::seconds(5);
+    auto deadline = Clock::now() + opts_.timeout + std::chrono::seconds(2);
     std::string why;
     fd_ = connect_until(addr_, deadline, &why);
     if (!fd_)

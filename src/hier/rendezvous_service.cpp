@@ -103,6 +103,9 @@ class Service {
   void fail(FailCode code, const std::string& msg);
   void on_deadline();
   void send(Conn& c, const std::vector<uint8_t>& msg);
+  // Sends `msg` to every connection (those with a hello when `ranks_only`), this process's own
+  // ranks last: this thread lives in one of them, which may exit as soon as it has its answer.
+  void send_all(const std::vector<uint8_t>& msg, bool ranks_only);
   std::string who(const Hello& h) const {
     return common::format("rank {} (host {}, pid {})", h.rank, h.hostname, h.pid);
   }
@@ -239,9 +242,7 @@ void Service::finish_meet() {
     }
     t.node_of[r] = static_cast<uint32_t>(n);
   }
-  std::vector<uint8_t> msg = encode_message(Kind::Table, encode_table(t));
-  for (auto& c : conns_)
-    if (c->has_hello) send(*c, msg);
+  send_all(encode_message(Kind::Table, encode_table(t)), true);
   if (t.nodes.size() == 1) {
     phase_ = Phase::Done;  // one node: nothing to agree on
     return;
@@ -277,8 +278,7 @@ void Service::finish_agree() {
     const Status& s = status_[r];
     if (!s.message.empty()) failed.push_back({r, s.code, common::format("{}: {}", who(hello_[r]), s.message)});
   }
-  std::vector<uint8_t> msg = encode_message(Kind::Verdict, encode_verdict(failed));
-  for (auto& c : conns_) send(*c, msg);
+  send_all(encode_message(Kind::Verdict, encode_verdict(failed)), false);
   phase_ = Phase::Done;
 }
 
@@ -315,10 +315,17 @@ void Service::on_deadline() {
 
 void Service::fail(FailCode code, const std::string& msg) {
   failure_ = encode_message(Kind::Failure, encode_failure({code, "multi-node rendezvous: " + msg}));
-  for (auto& c : conns_) send(*c, failure_);
+  send_all(failure_, false);
   conns_.clear();
   phase_ = Phase::Failed;
   deadline_ = Clock::now() + timeout_;  // ranks that come later get the same answer meanwhile
+}
+
+void Service::send_all(const std::vector<uint8_t>& msg, bool ranks_only) {
+  const uint32_t self = static_cast<uint32_t>(getpid());
+  for (int own = 0; own < 2; ++own)
+    for (auto& c : conns_)
+      if ((c->has_hello || !ranks_only) && (c->has_hello && c->hello.pid == self) == (own == 1)) send(*c, msg);
 }
 
 void Service::send(Conn& c, const std::vector<uint8_t>& msg) {

@@ -90,6 +90,7 @@ inline ncclUniqueId share_id(SharedId* s, bool maker) {
   return s->id;
 }
 
+
 // stderr of this process into `path` (read back with read_file).
 inline void capture_stderr(const std::string& path) {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -104,26 +105,46 @@ inline std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-// Runs fn(rank, comm) on every rank of the layout, each in its claimed node, on one communicator
-// made from the id of the layout's maker; extra_env is set in every rank first, and with `log_dir`
-// every rank's stderr goes to log_dir/rank<r>.log from the start.
-inline std::string run_layout(const Layout& l, const std::vector<std::pair<std::string, std::string>>& extra_env,
-                              const std::function<void(int, ncclComm_t)>& fn, int timeout_s = 120,
-                              const std::string& log_dir = "") {
+// Runs fn(rank, id) on every rank of the layout, each in its claimed node, with the unique id of
+// the layout's maker; extra_env is set in every rank first, and with `log_dir` every rank's stderr
+// goes to log_dir/rank<r>.log from the start. `before_id` runs in the rank right after it claimed
+// its node (a test's own isolation of one rank); `id_out` receives the id (for a leak check after).
+inline std::string run_claimed(const Layout& l, const std::vector<std::pair<std::string, std::string>>& extra_env,
+                               const std::function<void(int, const ncclUniqueId&)>& fn, int timeout_s = 120,
+                               const std::string& log_dir = "",
+                               const std::function<void(int)>& before_id = nullptr, ncclUniqueId* id_out = nullptr) {
   SharedId* shared = new_shared_id();
   std::string tag = std::to_string(getpid());
   std::string err = run_ranks(l.nranks(), [&](int rank) {
     if (!log_dir.empty()) capture_stderr(log_dir + "/rank" + std::to_string(rank) + ".log");
     claim_node(l, l.node_of[rank], tag);
     for (const auto& kv : extra_env) setenv(kv.first.c_str(), kv.second.c_str(), 1);
-    ncclUniqueId id = share_id(shared, rank == l.id_maker);
+    if (before_id) before_id(rank);
+    fn(rank, share_id(shared, rank == l.id_maker));
+  }, timeout_s);
+  if (id_out) *id_out = shared->id;
+  munmap(shared, sizeof(SharedId));
+  return err;
+}
+
+// The same with the communicator made: fn(rank, comm), then comm destroyed unless fn did (null).
+inline std::string run_layout(const Layout& l, const std::vector<std::pair<std::string, std::string>>& extra_env,
+                              const std::function<void(int, ncclComm_t&)>& fn, int timeout_s = 120,
+                              const std::string& log_dir = "") {
+  return run_claimed(l, extra_env, [&](int rank, const ncclUniqueId& id) {
     ncclComm_t c = nullptr;
     CHECK_NCCL(ncclCommInitRank(&c, l.nranks(), id, rank));
     fn(rank, c);
-    CHECK_NCCL(ncclCommDestroy(c));
-  }, timeout_s);
-  munmap(shared, sizeof(SharedId));
-  return err;
+    if (c) CHECK_NCCL(ncclCommDestroy(c));
+  }, timeout_s, log_dir);
+}
+
+// The shared-memory prefix of every segment of a job of our unique id: "pl_nccl" and the first 28
+// hex digits of its nonce (bytes 80..95, unique_id.h; peerlink keeps an id's first 32 characters).
+inline std::string shm_prefix_of(const ncclUniqueId& id) {
+  char hex[33];
+  for (int i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", static_cast<unsigned char>(id.internal[80 + i]));
+  return std::string("pl_nccl") + std::string(hex, 28);
 }
 
 }  // namespace mn

@@ -208,7 +208,7 @@ void run_suite(const Layout& l, const std::vector<std::string>& expect_paths,
   mkdir(dir.c_str(), 0700);
   int L = 0;
   for (int k : l.node_of) L += k == 0;
-  std::string err = mn::run_layout(l, env, [&](int rank, ncclComm_t c) {
+  std::string err = mn::run_layout(l, env, [&](int rank, ncclComm_t& c) {
     op_suite(Ctx{rank, l.nranks(), L, c}, dir + "/rank" + std::to_string(rank) + ".log", expect_paths);
   }, 120, dir);
   EXPECT_EQ(err, "") << l.name;
