@@ -43,11 +43,12 @@ struct Reader {
     at += static_cast<size_t>(bytes);
     return v;
   }
-  // A NUL-padded name: printable ASCII up to the first NUL; anything else is replaced by '?'.
+  // A NUL-padded name: printable ASCII up to the first NUL, at most kNameBytes - 1 characters (the
+  // encoder's bound); anything else is replaced by '?'.
   std::string name() {
     if (!need(kNameBytes)) return {};
     std::string s;
-    for (size_t i = 0; i < kNameBytes && p[at + i]; ++i) {
+    for (size_t i = 0; i + 1 < kNameBytes && p[at + i]; ++i) {
       uint8_t c = p[at + i];
       s.push_back(c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?');
     }
