@@ -70,6 +70,15 @@ $(NCCL_INIT_BENCH): benchmarks/nccl/init_bench.cpp $(NCCL_SHIM) $(BUILD)/lib/lib
 	@mkdir -p $(dir $@)
 	$(CXX) $(NCCL_SHIM_CXXFLAGS) -o $@ $< -L$(BUILD)/lib -lnccl -lpeerlink $(LIB_RPATH) $(LDFLAGS_ALL)
 
+# Simulated nodes on one GPU against the real NCCL (tests/nccl/multinode_gpu_check.cpp, run by
+# scripts/gpu_multinode.sh): CUDA builds only (it allocates device memory itself).
+NCCL_MN_GPU := $(BUILD)/bin/nccl_multinode_gpu
+.PHONY: nccl-multinode-gpu
+nccl-multinode-gpu: $(NCCL_MN_GPU)
+$(NCCL_MN_GPU): tests/nccl/multinode_gpu_check.cpp $(NCCL_SHIM) $(BUILD)/lib/libnccl.so
+	@mkdir -p $(dir $@)
+	$(CXX) $(NCCL_SHIM_CXXFLAGS) -o $@ $< -L$(BUILD)/lib -lnccl $(LIB_RPATH) $(LDFLAGS_ALL) $(BACKEND_LDLIBS)
+
 test-nccl: $(NCCL_SHIM) $(NCCL_TEST_BIN)
 	bash tests/nccl/check_exports.sh $(NCCL_INC)/nccl.h $(NCCL_SHIM)
 	PEERLINK_NCCL_HOST_BACKEND=1 $(NCCL_TEST_BIN)
