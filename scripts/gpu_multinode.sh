@@ -44,10 +44,10 @@ dist.destroy_process_group()
 EOF
 step real_2x2 120 python3 -m torch.distributed.run --nproc-per-node 4 "$OUT/real_2x2.py"
 
-MNENV=(env PEERLINK_NCCL_LIBRARY="$REAL" PEERLINK_DEBUG=INFO PEERLINK_HIER_MIN_BYTES=0)
+MNENV=(env PEERLINK_NCCL_LIBRARY="$REAL" PEERLINK_DEBUG=INFO PEERLINK_HIER_MIN_BYTES=1)
 step gpu_2x2 200 "${MNENV[@]}" "$MN" --nodes 2 --per-node 2 --device 0 --timeout 180
 step gpu_2x1 150 "${MNENV[@]}" "$MN" --nodes 2 --per-node 1 --device 0 --timeout 140
-TENV=(env LD_PRELOAD="$SHIM" PEERLINK_NCCL_LIBRARY="$REAL" PEERLINK_DEBUG=INFO PEERLINK_HIER_MIN_BYTES=0)
+TENV=(env LD_PRELOAD="$SHIM" PEERLINK_NCCL_LIBRARY="$REAL" PEERLINK_DEBUG=INFO PEERLINK_HIER_MIN_BYTES=1)
 step torch_2x2 240 "${TENV[@]}" python3 -m torch.distributed.run --nproc-per-node 4 tests/nccl/torch_multinode_check.py --per-node 2
 step torch_2x1 180 "${TENV[@]}" python3 -m torch.distributed.run --nproc-per-node 2 tests/nccl/torch_multinode_check.py --per-node 1
 

@@ -305,10 +305,12 @@ struct Options {
   std::string socket_ifname;
   // Collectives of at least this many bytes (the full buffer) on a multi-node communicator with the
   // same number of ranks on every node run the two-level plan (peerlink inside each node, the
-  // inter-node engine between nodes); smaller ones run whole on the inter-node engine
-  // (PEERLINK_HIER_MIN_BYTES, [0, 2^50]; 0 = every size the plan applies to). The default comes
-  // from the cost model in docs/design-multinode.md; measure on the real network to set it.
-  size_t hier_min_bytes = size_t(4) << 20;
+  // inter-node engine between nodes); others run whole on the engine (PEERLINK_HIER_MIN_BYTES,
+  // [0, 2^50]; 0 = off: every collective whole on the engine). Off by default: the cost model in
+  // docs/design-multinode.md finds NCCL's ring as fast or faster on nodes with a 400 Gb/s NIC per
+  // GPU, and the plan up to 1.5x faster where fewer NICs serve a node; measure, then set it. Every
+  // rank of a communicator must use the same value (the rendezvous checks it).
+  size_t hier_min_bytes = 0;
   // Test hook (PEERLINK_TEST_HIER_REAL_ENGINE=1): a multi-node communicator of libnccl.so.2 on the
   // host backend asks for the real NCCL as its inter-node engine (which cannot serve host memory),
   // so CI reaches the paths where the real NCCL cannot be loaded.

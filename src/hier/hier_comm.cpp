@@ -251,9 +251,11 @@ std::string HierCommunicator::describe() const {
   std::string s = common::format("{}; inside the node: {}; between nodes: {} over all {} ranks", p.map.describe(),
                                  p.node_comm ? common::format("peerlink ({} ranks)", p.local_size) : "(one rank)",
                                  p.world->name(), p.nranks);
-  if (p.rail)
+  if (p.rail && p.opts.hier_min_bytes)
     s += common::format(", rails of {} ranks: two-level collectives from {} bytes (PEERLINK_HIER_MIN_BYTES)", p.rail->size(),
                         p.opts.hier_min_bytes);
+  else if (p.rail)
+    s += common::format(", rails of {} ranks: two-level collectives off (PEERLINK_HIER_MIN_BYTES=0)", p.rail->size());
   else
     s += common::format(": every collective whole on it ({})", p.rail_reason);
   return s;

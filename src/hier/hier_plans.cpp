@@ -13,7 +13,8 @@
 //                  peerlink send/recv of the shards to the root
 // Each rail moves 1/L of the data, so the network carries 2(N-1)/N of the buffer per node instead of
 // a flat ring's 2(n-1)/n (docs/design-multinode.md has the cost model). Whole on the world engine:
-// uneven ranks per node, one rank per node, buffers below Options::hier_min_bytes, counts not
+// uneven ranks per node, one rank per node, buffers below Options::hier_min_bytes (0: always whole,
+// the default; docs/design-multinode.md says why), counts not
 // divisible by L, integer averages (a per-level division would round twice), and for
 // ReduceScatter / AllGather ranks that are not node-contiguous (their blocks would need a
 // permutation pass). Every phase is enqueued on the caller's stream, so a captured plan replays.
@@ -28,6 +29,7 @@ constexpr const char* kNothing = "nothing (count 0)";
 constexpr const char* kUneven = "whole on the inter-node engine (uneven ranks per node)";
 constexpr const char* kOnePerNode = "whole on the inter-node engine (one rank per node)";
 constexpr const char* kSmall = "whole on the inter-node engine (below PEERLINK_HIER_MIN_BYTES)";
+constexpr const char* kOff = "whole on the inter-node engine (two-level plans off: PEERLINK_HIER_MIN_BYTES=0)";
 constexpr const char* kIndivisible = "whole on the inter-node engine (count not divisible by the ranks per node)";
 constexpr const char* kNotContiguous = "whole on the inter-node engine (ranks not node-contiguous)";
 constexpr const char* kIntAvg = "whole on the inter-node engine (integer average)";
@@ -52,6 +54,7 @@ bool movement_type(size_t bytes, std::initializer_list<const void*> ptrs, DataTy
 
 const char* HierCommunicator::Impl::whole_reason(size_t bytes) const {
   if (!rail) return map.uniform() ? kOnePerNode : kUneven;
+  if (opts.hier_min_bytes == 0) return kOff;
   if (bytes < opts.hier_min_bytes) return kSmall;
   return nullptr;
 }

@@ -63,6 +63,7 @@ class TcpMeeting : public Meeting {
     h.pid = static_cast<uint32_t>(getpid());
     h.name = me.name;
     h.hostname = me.hostname;
+    h.plan = opts_.hier_min_bytes;
     std::vector<uint8_t> hello = encode_hello(h);
     check_io(write_all(fd_.get(), hello.data(), hello.size(), deadline), "sending this rank's hello");
     std::vector<uint8_t> body;

@@ -5,8 +5,9 @@
 // job's nonce); once all nranks came, every rank gets the same Table (node of every rank, nodes in
 // order of first rank). Round 2, only when the table has several nodes: every rank reports whether
 // its setup succeeded (Status) and every rank gets the same Verdict (the failures). Anything wrong
-// (nranks that disagree, a rank out of range or twice, ranks of one node on different machines, a
-// rank that left, ranks that never came) becomes one Failure sent to every rank, and to ranks that
+// (nranks that disagree, a rank out of range or twice, ranks of one node on different machines,
+// ranks of a multi-node communicator with different plan thresholds, a rank that left, ranks that
+// never came) becomes one Failure sent to every rank, and to ranks that
 // come later, until a grace period ends: every rank hears the same error, none waits for nothing.
 // Why a thread of the id's maker: the id is all the ranks share (NCCL's bootstrap root lives there
 // too), and it is the one process every rank can be told about before any communication exists.
@@ -242,6 +243,12 @@ void Service::finish_meet() {
     }
     t.node_of[r] = static_cast<uint32_t>(n);
   }
+  // Ranks of a multi-node communicator choose their plans alone: they must choose alike.
+  for (int r = 1; r < nranks_ && t.nodes.size() > 1; ++r)
+    if (hello_[r].plan != hello_[0].plan)
+      return fail(FailCode::Invalid, common::format("{} has PEERLINK_HIER_MIN_BYTES={} but {} has {}: every rank of a "
+                                                    "communicator across nodes must use the same value",
+                                                    who(hello_[r]), hello_[r].plan, who(hello_[0]), hello_[0].plan));
   send_all(encode_message(Kind::Table, encode_table(t)), true);
   if (t.nodes.size() == 1) {
     phase_ = Phase::Done;  // one node: nothing to agree on

@@ -86,6 +86,7 @@ std::vector<uint8_t> encode_hello(const Hello& h) {
   put32(b, h.pid);
   put_name(b, h.name);
   put_name(b, h.hostname);
+  put64(b, h.plan);
   b.resize(kHelloBytes, 0);
   return b;
 }
@@ -108,6 +109,7 @@ std::string parse_hello(const uint8_t* p, size_t n, Hello* out) {
   h.pid = static_cast<uint32_t>(r.get(4));
   h.name = r.name();
   h.hostname = r.name();
+  h.plan = r.get(8);
   if (!r.ok) return "a truncated hello";
   if (h.nranks < 1 || h.nranks > kMaxWireRanks)
     return common::format("nranks {} is outside [1, {}]", h.nranks, kMaxWireRanks);

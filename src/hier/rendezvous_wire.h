@@ -34,6 +34,7 @@ struct Hello {
   uint64_t host = 0;     // node identity (host_id)
   uint64_t machine = 0;  // boot id hash
   uint32_t pid = 0;
+  uint64_t plan = 0;     // Options::hier_min_bytes: every rank of a multi-node communicator must agree
   std::string name;      // node name (Options::host_id or the hostname), at most kNameBytes - 1 characters
   std::string hostname;  // the machine's hostname, for messages
 };

@@ -106,7 +106,7 @@ TEST(MpHier, TwoByTwoPlansSplitShrink) {
   const std::string job = pltest::unique_test_id("hier");
   std::string fails = run_ranks(4, [&](int rank) {
     const std::string host = rank % 2 ? "node-b" : "node-a";
-    auto h = make(addr, nonce, rank, 4, host, job, 0);
+    auto h = make(addr, nonce, rank, 4, host, job, 1);
     MP_CHECK(h->map().nodes() == 2 && !h->map().node_contiguous() && h->rail() != nullptr);
     check_ops(*h, true);
     Options child = h->options();

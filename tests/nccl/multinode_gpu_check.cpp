@@ -7,7 +7,7 @@
 //
 //   nccl_multinode_gpu --nodes 2 --per-node 2 [--device 0] [--timeout 240]
 // Needs PEERLINK_NCCL_LIBRARY (the real libnccl.so.2) and NCCL_SOCKET_IFNAME=lo on a machine
-// without a network; sets PEERLINK_HIER_MIN_BYTES=0 unless given (the plans on small buffers).
+// without a network; sets PEERLINK_HIER_MIN_BYTES=1 unless given (the plans on every size).
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <signal.h>
@@ -263,7 +263,7 @@ int rank_main(Shared* sh, int rank, int device) {
   const std::string pid = std::to_string(getppid());
   setenv("PEERLINK_HOSTID", ("gpunode" + std::to_string(rank / g_per) + "-" + pid).c_str(), 1);
   setenv("NCCL_HOSTID", ("gpurank" + std::to_string(rank) + "-" + pid).c_str(), 1);
-  setenv("PEERLINK_HIER_MIN_BYTES", "0", 0);
+  setenv("PEERLINK_HIER_MIN_BYTES", "1", 0);
   try {
     CU(cudaSetDevice(device));
     CU(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));

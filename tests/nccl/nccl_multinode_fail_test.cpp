@@ -53,7 +53,7 @@ TEST(NcclMultinodeFail, RankKilledOnOneNode) {
   if (!mn::uts_available()) GTEST_SKIP() << "no UTS namespaces (needs root)";
   ncclUniqueId id;
   std::string err = mn::run_claimed({"2x2 kill", {0, 0, 1, 1}, 0, Claim::Uts},
-                                    {{"PEERLINK_TIMEOUT_MS", "4000"}, {"PEERLINK_HIER_MIN_BYTES", "0"}},
+                                    {{"PEERLINK_TIMEOUT_MS", "4000"}, {"PEERLINK_HIER_MIN_BYTES", "1"}},
                                     [&](int rank, const ncclUniqueId& uid) {
     ncclComm_t c = nullptr;
     CHECK_NCCL(ncclCommInitRank(&c, 4, uid, rank));
@@ -80,6 +80,16 @@ TEST(NcclMultinodeFail, RanksDisagreeOnNranks) {
   std::string err = mn::run_claimed({"nranks", {0, 1}, 0, Claim::HostId}, {{"PEERLINK_TIMEOUT_MS", "20000"}},
                                     [&](int rank, const ncclUniqueId& id) {
     expect_init_fails(rank == 0 ? 2 : 3, id, rank, {"nranks 3", "2"}, 10.0);
+  });
+  EXPECT_EQ(err, "");
+}
+
+// Ranks across nodes choose their plans alone, so their thresholds must agree: refused at once.
+TEST(NcclMultinodeFail, PlanThresholdsDisagree) {
+  std::string err = mn::run_claimed({"plans", {0, 1}, 0, Claim::HostId}, {{"PEERLINK_TIMEOUT_MS", "20000"}},
+                                    [&](int rank, const ncclUniqueId& id) {
+    setenv("PEERLINK_HIER_MIN_BYTES", rank == 0 ? "1" : "4096", 1);
+    expect_init_fails(2, id, rank, {"PEERLINK_HIER_MIN_BYTES=4096", "the same value"}, 10.0);
   });
   EXPECT_EQ(err, "");
 }

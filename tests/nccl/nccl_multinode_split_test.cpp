@@ -61,7 +61,7 @@ TEST(NcclMultinodeSplit, ByNodeByLocalIndexAndNoColor) {
   if (!mn::uts_available()) GTEST_SKIP() << "no UTS namespaces (needs root)";
   LogDir logs;
   std::string err = mn::run_layout({"3x2 split", {0, 0, 1, 1, 2, 2}, 0, Claim::Uts},
-                                   {{"NCCL_DEBUG", "INFO"}, {"PEERLINK_HIER_MIN_BYTES", "0"}},
+                                   {{"NCCL_DEBUG", "INFO"}, {"PEERLINK_HIER_MIN_BYTES", "1"}},
                                    [&](int rank, ncclComm_t& c) {
     const int node = rank / 2, local = rank % 2;
     ncclComm_t by_node = nullptr, by_local = nullptr, two_nodes = nullptr, grand = nullptr;
@@ -96,7 +96,7 @@ TEST(NcclMultinodeSplit, ByNodeByLocalIndexAndNoColor) {
 // 2 x 2, shrunk by rank 3 (a 2+1 child: uneven, whole on the engine) and by ranks 2 and 3 (the
 // survivors share node 0: a peerlink child). The excluded ranks do not call.
 TEST(NcclMultinodeSplit, ShrinkToUnevenAndToOneNode) {
-  std::string err = mn::run_layout({"2x2 shrink", {0, 0, 1, 1}, 0, Claim::HostId}, {{"PEERLINK_HIER_MIN_BYTES", "0"}},
+  std::string err = mn::run_layout({"2x2 shrink", {0, 0, 1, 1}, 0, Claim::HostId}, {{"PEERLINK_HIER_MIN_BYTES", "1"}},
                                    [&](int rank, ncclComm_t& c) {
     int three = 3;
     if (rank != 3) {

@@ -203,7 +203,7 @@ void run_suite(const Layout& l, const std::vector<std::string>& expect_paths,
   env.push_back({"NCCL_DEBUG", "INFO"});
   bool has_min = false;
   for (auto& kv : env) has_min = has_min || kv.first == "PEERLINK_HIER_MIN_BYTES";
-  if (!has_min) env.push_back({"PEERLINK_HIER_MIN_BYTES", "0"});  // the plans on every size the tests use
+  if (!has_min) env.push_back({"PEERLINK_HIER_MIN_BYTES", "1"});  // the plans on every size the tests use
   const std::string dir = "/tmp/pl-mn-" + std::to_string(getpid());
   mkdir(dir.c_str(), 0700);
   int L = 0;
@@ -268,6 +268,16 @@ TEST(NcclMultinode, BelowThresholdWholeOnEngine) {
   run_suite({"2x2 threshold", {0, 0, 1, 1}, 0, Claim::HostId},
             {"ncclAllReduce -> whole on the inter-node engine (below PEERLINK_HIER_MIN_BYTES)"},
             {{"PEERLINK_HIER_MIN_BYTES", "1048576"}});
+}
+
+// The default: two-level collectives off, every collective whole on the engine; send/recv still
+// by peer.
+TEST(NcclMultinode, TwoLevelOffByDefault) {
+  run_suite({"2x2 default", {0, 0, 1, 1}, 0, Claim::HostId},
+            {"two-level collectives off (PEERLINK_HIER_MIN_BYTES=0)",
+             "ncclAllReduce -> whole on the inter-node engine (two-level plans off: PEERLINK_HIER_MIN_BYTES=0)",
+             kLocalSend, kRemoteSend},
+            {{"PEERLINK_HIER_MIN_BYTES", "0"}});
 }
 
 // The control: every rank on one node is a plain peerlink communicator, as before.

@@ -6,7 +6,7 @@ one GPU (it refuses two ranks of one host on one GPU) and carry what crosses nod
 preloaded and the real NCCL named (scripts/gpu_multinode.sh does):
 
     LD_PRELOAD=$PWD/build-cuda/lib/libnccl.so.2 PEERLINK_NCCL_LIBRARY=<site-packages>/nvidia/nccl/lib/libnccl.so.2 \\
-    NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 PEERLINK_DEBUG=INFO PEERLINK_HIER_MIN_BYTES=0 \\
+    NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 PEERLINK_DEBUG=INFO PEERLINK_HIER_MIN_BYTES=1 \\
         torchrun --nproc-per-node 4 tests/nccl/torch_multinode_check.py --per-node 2
 
 Checks on the world group every op of torch_nccl_check.py (all_reduce, all_gather_into_tensor,

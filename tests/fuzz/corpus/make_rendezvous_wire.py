@@ -28,7 +28,7 @@ def text(s):
 
 def hello(rank, nranks):
     h = struct.pack("<IHH", MAGIC, VERSION, 1) + bytes(range(16)) + struct.pack("<iiQQI", rank, nranks, 7, 9, 1234)
-    h += name("node-a") + name("host-a.example")
+    h += name("node-a") + name("host-a.example") + struct.pack("<Q", 1 << 20)  # names, plan threshold
     return h + bytes(192 - len(h))
 
 
