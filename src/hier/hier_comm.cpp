@@ -59,20 +59,26 @@ std::unique_ptr<HierCommunicator::Impl> base_impl(int rank, int nranks, int devi
 
 // The node's peerlink Communicator (none for a node of one rank); its id names the node. Every
 // pair is bound for stream-ordered send/recv at once (one eager zero-byte exchange, as the NCCL
-// library does for its communicators), so a first send/recv may be captured in a graph; a pair
-// without a stream-ordered path (relay) is an UnsupportedError here, agreed on like any failure.
-std::unique_ptr<Communicator> make_node_comm(const HierCommunicator::Impl& p) {
-  if (p.local_size == 1) return nullptr;
+// library does for its communicators), so a first send/recv may be captured in a graph. A pair
+// without a stream-ordered path (relay: no peer access) makes the node's send/recv go to the world
+// engine instead; the node's ranks agree on that (every rank of the node routes alike).
+void make_node_comm(HierCommunicator::Impl& p) {
+  if (p.local_size == 1) return;
   auto c = std::make_unique<Communicator>(common::format("{}.n{}", p.job_id, p.node), p.local_rank, p.local_size,
                                           p.device, p.opts);
   void* stream = p.device >= 0 ? device::stream_create() : nullptr;
   std::exception_ptr failed;
+  int32_t p2p_ok = 1;
   c->group_start();
   try {
     for (int q = 0; q < p.local_size; ++q)
       if (q != p.local_rank) {
-        c->send(q, nullptr, 0, stream);
-        c->recv(q, nullptr, 0, stream);
+        try {
+          c->send(q, nullptr, 0, stream);
+          c->recv(q, nullptr, 0, stream);
+        } catch (const UnsupportedError&) {  // a relay pair: the same answer on both of its ranks
+          p2p_ok = 0;
+        }
       }
   } catch (...) {
     failed = std::current_exception();
@@ -85,7 +91,10 @@ std::unique_ptr<Communicator> make_node_comm(const HierCommunicator::Impl& p) {
   }
   if (stream) device::stream_destroy(stream);
   if (failed) std::rethrow_exception(failed);
-  return c;
+  std::vector<int32_t> all(static_cast<size_t>(p.local_size));
+  c->allgather_bytes(&p2p_ok, sizeof p2p_ok, all.data());
+  for (int32_t ok : all) p.node_p2p = p.node_p2p && ok;
+  p.node_comm = std::move(c);
 }
 
 // Agreement over an engine all ranks share: fixed-size reports (the first bytes of each error);
@@ -133,7 +142,7 @@ std::unique_ptr<HierCommunicator> HierCommunicator::create(HierSetup s, Meeting&
   std::string err;
   std::exception_ptr mine;
   try {
-    p->node_comm = make_node_comm(*p);
+    make_node_comm(*p);
     if (engine.prepare) err = engine.prepare();
     if (!err.empty()) throw UnsupportedError(err);
   } catch (const std::exception& e) {
@@ -175,7 +184,7 @@ HierCommunicator::Child HierCommunicator::split(int color, int key, const Option
         child.node_only = std::make_unique<Communicator>(child.job_id, child.rank, child.nranks, p.device, child_opts);
       } else {
         c = base_impl(child.rank, child.nranks, p.device, child.job_id, std::move(cmap), child_opts);
-        c->node_comm = make_node_comm(*c);
+        make_node_comm(*c);
       }
     } catch (const std::exception& e) {
       err = e.what();
@@ -224,7 +233,7 @@ HierCommunicator::Child HierCommunicator::shrink(const std::vector<int>& exclude
   std::string err;
   std::exception_ptr failure;
   try {
-    c->node_comm = make_node_comm(*c);
+    make_node_comm(*c);
   } catch (const std::exception& e) {
     err = e.what();
     failure = std::current_exception();
@@ -251,6 +260,7 @@ std::string HierCommunicator::describe() const {
   std::string s = common::format("{}; inside the node: {}; between nodes: {} over all {} ranks", p.map.describe(),
                                  p.node_comm ? common::format("peerlink ({} ranks)", p.local_size) : "(one rank)",
                                  p.world->name(), p.nranks);
+  if (p.node_comm && !p.node_p2p) s += "; send/recv inside the node on the engine (a pair without a stream-ordered path)";
   if (p.rail && p.opts.hier_min_bytes)
     s += common::format(", rails of {} ranks: two-level collectives from {} bytes (PEERLINK_HIER_MIN_BYTES)", p.rail->size(),
                         p.opts.hier_min_bytes);

@@ -21,6 +21,7 @@ struct HierCommunicator::Impl {
   Options opts;
   int node = 0, local_rank = 0, local_size = 1;
   std::unique_ptr<Communicator> node_comm;  // null when this node has one rank
+  bool node_p2p = true;                     // same-node send/recv on node_comm (else the world engine)
   std::unique_ptr<InterNodeEngine> world;   // every rank
   std::unique_ptr<InterNodeEngine> rail;    // the ranks of this local index, one per node; null when
                                             // the two-level plans cannot apply (see rail_reason)

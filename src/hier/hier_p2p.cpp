@@ -33,14 +33,15 @@ void HierCommunicator::Impl::issue(std::vector<P2p> ops) {
     copy(self_recvs[i]->buf, self_sends[i]->buf, self_sends[i]->bytes, self_recvs[i]->stream);
 
   std::exception_ptr first;
+  auto on_node = [&](const P2p& o) { return node_p2p && map.node_of(o.peer) == node; };
   auto phase = [&](bool local, auto&& start, auto&& each, auto&& end) {
     bool any = false;
-    for (const P2p& o : ops) any = any || (o.peer != rank && (map.node_of(o.peer) == node) == local);
+    for (const P2p& o : ops) any = any || (o.peer != rank && on_node(o) == local);
     if (!any) return;
     start();
     try {
       for (const P2p& o : ops)
-        if (o.peer != rank && (map.node_of(o.peer) == node) == local) each(o);
+        if (o.peer != rank && on_node(o) == local) each(o);
     } catch (...) {
       if (!first) first = std::current_exception();
     }

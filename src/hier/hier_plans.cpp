@@ -33,6 +33,7 @@ constexpr const char* kOff = "whole on the inter-node engine (two-level plans of
 constexpr const char* kIndivisible = "whole on the inter-node engine (count not divisible by the ranks per node)";
 constexpr const char* kNotContiguous = "whole on the inter-node engine (ranks not node-contiguous)";
 constexpr const char* kIntAvg = "whole on the inter-node engine (integer average)";
+constexpr const char* kNoNodeP2p = "whole on the inter-node engine (a pair of this node has no stream-ordered send/recv)";
 constexpr const char* kOdd = "whole on the inter-node engine (an odd number of bytes per piece)";
 
 bool is_int(DataType t) { return t == DataType::I32 || t == DataType::I64; }
@@ -160,6 +161,7 @@ const char* HierCommunicator::reduce(const void* send, void* recv, size_t count,
   const char* why = p.whole_reason(count * es);
   if (!why && count % static_cast<size_t>(p.local_size)) why = kIndivisible;
   if (!why && op == ReduceOp::Avg && is_int(dt)) why = kIntAvg;
+  if (!why && !p.node_p2p) why = kNoNodeP2p;
   if (why) {
     p.world->reduce(send, recv, count, dt, op, root, stream);
     return why;

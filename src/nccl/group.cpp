@@ -139,7 +139,10 @@ void stage_overlapping_sends(ncclComm* comm, std::vector<Op*>& ops) {
         hit = r;
       }
     if (!hits) continue;
-    if (comm->device >= 0 && hits == 1 && exact_pair(s, hit) && ordered + s->send_bytes <= kEngineOrderedBytes) {
+    // Not on a multi-node communicator: the pair's two halves may go to two engines (a peer of this
+    // node and one elsewhere), which order nothing between them.
+    if (comm->device >= 0 && comm->route != Route::Hier && hits == 1 && exact_pair(s, hit) &&
+        ordered + s->send_bytes <= kEngineOrderedBytes) {
       int senders = 0;  // the receive must be overlapped by this send alone
       for (Op* o : ops) senders += o->send_bytes && overlaps(o->send_src, o->send_bytes, hit->recv_dst, hit->recv_bytes);
       if (senders == 1) {
