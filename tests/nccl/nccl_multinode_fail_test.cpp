@@ -126,6 +126,27 @@ TEST(NcclMultinodeFail, OneNodeClaimedByTwoMachines) {
   EXPECT_EQ(err, "");
 }
 
+// Rank 3 has node 1's hostname but another boot id: as in NCCL that is another host (a third
+// node). The host backend's stand-in engine needs every rank on one machine: every rank is told so.
+TEST(NcclMultinodeFail, SameHostnameOtherMachineOnHostBackend) {
+  if (!mn::uts_available()) GTEST_SKIP() << "no namespaces (needs root)";
+  const std::string fake = "/tmp/pl-mn-boot2-" + std::to_string(getpid());
+  { std::ofstream(fake) << "00000000-5555-2222-3333-444444444444\n"; }
+  std::string err = mn::run_claimed(
+      {"other machine", {0, 0, 1, 1}, 0, Claim::Uts}, {{"PEERLINK_TIMEOUT_MS", "20000"}},
+      [&](int rank, const ncclUniqueId& id) {
+        expect_init_fails(4, id, rank, {"needs every rank on one machine", "node 2"}, 10.0);
+      },
+      60, "", [&](int rank) {
+        if (rank != 3) return;
+        if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+            mount(fake.c_str(), "/proc/sys/kernel/random/boot_id", nullptr, MS_BIND, nullptr) != 0)
+          throw std::runtime_error("cannot give rank 3 a boot id of its own (mount namespace)");
+      });
+  unlink(fake.c_str());
+  EXPECT_EQ(err, "");
+}
+
 // Rank 3 claims node 1 but has a /dev/shm of its own: node 1's ranks cannot meet, time out, and
 // every rank (node 0's too, which set up fine) fails with the list, instead of waiting.
 TEST(NcclMultinodeFail, NodeWithoutSharedMemory) {
