@@ -35,25 +35,33 @@ namespace peerlink::hier {
 namespace {
 
 // Descriptors of live services: a forked child has no service thread, so it closes them (else a
-// child that outlives the maker would keep the port open with nobody answering).
-std::mutex g_fds_mu;
-std::set<int> g_fds;
+// child that outlives the maker would keep the port open with nobody answering). Never destroyed: a
+// service thread may still run while the process exits and its static objects go.
+struct Tracked {
+  std::mutex mu;
+  std::set<int> fds;
+};
+Tracked& tracked() {
+  static Tracked* t = new Tracked;
+  return *t;
+}
 void track(int fd) {
-  std::lock_guard<std::mutex> g(g_fds_mu);
-  g_fds.insert(fd);
+  std::lock_guard<std::mutex> g(tracked().mu);
+  tracked().fds.insert(fd);
 }
 void untrack(int fd) {
-  std::lock_guard<std::mutex> g(g_fds_mu);
-  g_fds.erase(fd);
+  std::lock_guard<std::mutex> g(tracked().mu);
+  tracked().fds.erase(fd);
 }
 void install_fork_handler() {
   static std::once_flag once;
   std::call_once(once, [] {
-    pthread_atfork([] { g_fds_mu.lock(); }, [] { g_fds_mu.unlock(); },
+    tracked();
+    pthread_atfork([] { tracked().mu.lock(); }, [] { tracked().mu.unlock(); },
                    [] {
-                     for (int fd : g_fds) ::close(fd);
-                     g_fds.clear();
-                     g_fds_mu.unlock();
+                     for (int fd : tracked().fds) ::close(fd);
+                     tracked().fds.clear();
+                     tracked().mu.unlock();
                    });
   });
 }

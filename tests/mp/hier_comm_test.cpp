@@ -5,7 +5,11 @@
 // (The NCCL library's own tests, tests/nccl/nccl_multinode_*, cover the same through the C API.)
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+
+#include <atomic>
 #include <cstring>
+#include <thread>
 
 #include "peerlink/multinode.h"
 #include "support/mp.h"
@@ -96,15 +100,30 @@ void check_ops(HierCommunicator& h, bool expect_two_level) {
 
 // 2 nodes x 2 ranks, round-robin: the plans, the threshold, a split by local index (two 2 x 1
 // children), a split by node (one-node children: plain Communicators), a shrink to 2 + 1.
+// Rank 0 starts the rendezvous (a thread) and shares its address through a shared page: the test
+// process itself stays single-threaded before it forks (ThreadSanitizer needs that).
 TEST(MpHier, TwoByTwoPlansSplitShrink) {
-  Options o;
-  o.socket_ifname = "lo";
-  o.timeout = std::chrono::milliseconds(15000);
+  struct Shared {
+    std::atomic<int> ready;
+    RendezvousAddress addr;
+  };
+  auto* shared = static_cast<Shared*>(mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(shared, MAP_FAILED);
+  shared->ready = 0;
   JobNonce nonce{};
   nonce[5] = 9;
-  RendezvousAddress addr = start_rendezvous(nonce, o);
   const std::string job = pltest::unique_test_id("hier");
   std::string fails = run_ranks(4, [&](int rank) {
+    if (rank == 0) {
+      Options o;
+      o.socket_ifname = "lo";
+      o.timeout = std::chrono::milliseconds(15000);
+      shared->addr = start_rendezvous(nonce, o);
+      shared->ready = 1;
+    }
+    for (int i = 0; i < 20000 && !shared->ready.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    MP_CHECK(shared->ready.load());
+    const RendezvousAddress addr = shared->addr;
     const std::string host = rank % 2 ? "node-b" : "node-a";
     auto h = make(addr, nonce, rank, 4, host, job, 1);
     MP_CHECK(h->map().nodes() == 2 && !h->map().node_contiguous() && h->rail() != nullptr);
@@ -124,6 +143,7 @@ TEST(MpHier, TwoByTwoPlansSplitShrink) {
       check_ops(*shrunk.hier, false);
     }
   });
+  munmap(shared, sizeof(Shared));
   EXPECT_EQ(fails, "");
   EXPECT_TRUE(pltest::leftover_segments(job).empty());
 }
