@@ -49,7 +49,7 @@ step gpu_2x2 200 "${MNENV[@]}" "$MN" --nodes 2 --per-node 2 --device 0 --timeout
 step gpu_2x1 150 "${MNENV[@]}" "$MN" --nodes 2 --per-node 1 --device 0 --timeout 140
 TENV=(env LD_PRELOAD="$SHIM" PEERLINK_NCCL_LIBRARY="$REAL" PEERLINK_DEBUG=INFO PEERLINK_HIER_MIN_BYTES=1)
 step torch_2x2 240 "${TENV[@]}" python3 -m torch.distributed.run --nproc-per-node 4 tests/nccl/torch_multinode_check.py --per-node 2
-step torch_2x1 180 "${TENV[@]}" python3 -m torch.distributed.run --nproc-per-node 2 tests/nccl/torch_multinode_check.py --per-node 1
+step torch_2x1 180 "${TENV[@]}" python3 -m torch.distributed.run --nproc-per-node 2 tests/nccl/torch_multinode_check.py --per-node 1 --dtypes float32
 
 for f in real_2x2 gpu_2x2 gpu_2x1 torch_2x2 torch_2x1; do
   [ -f "$OUT/$f.log" ] || continue

@@ -23,6 +23,7 @@ import traceback
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--per-node", type=int, required=True, help="ranks per simulated node")
+parser.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated torch dtypes")
 args = parser.parse_args()
 RANK = int(os.environ["RANK"])
 WORLD = int(os.environ["WORLD_SIZE"])
@@ -113,7 +114,7 @@ def main():
               f"NCCL as torch sees it: {torch.cuda.nccl.version()}", flush=True)
     ops, n = make_ops(RANK, WORLD, dev)
     failed = []
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in [getattr(torch, d) for d in args.dtypes.split(",")]:
         for name, make in ops.items():
             bufs = {"x": torch.zeros(n, dtype=dtype, device=dev), "y": torch.zeros(n, dtype=dtype, device=dev),
                     "out": torch.zeros(n * WORLD, dtype=dtype, device=dev),
