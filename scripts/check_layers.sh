@@ -16,7 +16,8 @@
 #       4 topology src/topology                  include/peerlink/topology.h
 #       5 transport src/transport                include/peerlink/{communicator,request}.h
 #       6 collectives src/collectives            include/peerlink/{collectives,windows}.h
-#       7 top      src/nccl py tools benchmarks  include/peerlink/peerlink.h (umbrella)
+#       7 hier     src/hier                      include/peerlink/multinode.h
+#       8 top      src/nccl py tools benchmarks  include/peerlink/peerlink.h (umbrella)
 #     A file may include a header of its own layer or a lower one, never a higher one. A public
 #     header not in the map above is an error (add it here when adding it).
 #  2. py/, tools/, benchmarks/ and src/nccl/ (the NCCL-compatible library links libpeerlink.so,
@@ -32,14 +33,15 @@ check_tree() {  # check_tree ROOT: prints violations, exit status 1 when there a
 import os, re, sys
 
 root = sys.argv[1]
-LAYERS = ["common", "gpu", "config", "bootstrap", "topology", "transport", "collectives", "top"]
+LAYERS = ["common", "gpu", "config", "bootstrap", "topology", "transport", "collectives", "hier", "top"]
 DIR_LAYER = {"src/common": 0, "src/shm": 0, "src/gpu": 1, "src/config": 2, "src/bootstrap": 3,
-             "src/topology": 4, "src/transport": 5, "src/collectives": 6, "src/nccl": 7,
-             "py": 7, "tools": 7, "benchmarks": 7}
+             "src/topology": 4, "src/transport": 5, "src/collectives": 6, "src/hier": 7, "src/nccl": 8,
+             "py": 8, "tools": 8, "benchmarks": 8}
 PUBLIC = {"errors.h": 0, "log_level.h": 0, "device.h": 1, "options.h": 2, "topology.h": 4,
-          "communicator.h": 5, "request.h": 5, "collectives.h": 6, "windows.h": 6, "fused.h": 6, "peerlink.h": 7}
+          "communicator.h": 5, "request.h": 5, "collectives.h": 6, "windows.h": 6, "fused.h": 6,
+          "multinode.h": 7, "peerlink.h": 8}
 SRC_FIRST = {"common": 0, "shm": 0, "gpu": 1, "config": 2, "bootstrap": 3, "topology": 4,
-             "transport": 5, "collectives": 6, "nccl": 7}
+             "transport": 5, "collectives": 6, "hier": 7, "nccl": 8}
 PUBLIC_ONLY = ("py/", "tools/", "benchmarks/", "src/nccl/")
 PUBLIC_ONLY_EXEMPT = ("benchmarks/micro/", "benchmarks/results/")
 EXTS = (".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh")
@@ -170,6 +172,7 @@ self_test() {
   expect fail common_includes_transport "echo '#include \"transport/t.h\"' >> src/common/log.h"
   expect fail config_includes_topology "echo '#include \"topology/system.h\"' >> src/config/options.cpp"
   expect fail transport_includes_collectives "echo '#include \"collectives/coll_state.h\"' >> src/transport/t.h"
+  expect fail collectives_includes_hier "echo '#include \"hier/node_map.h\"' >> src/collectives/c.cpp"
   expect fail transport_includes_collectives_public "echo '#include <peerlink/collectives.h>' > include/peerlink/collectives.h.tmp; mv include/peerlink/collectives.h.tmp include/peerlink/collectives.h; echo '#include \"peerlink/collectives.h\"' >> src/transport/t.h"
   expect fail new_transport_file_upward "printf '#include \"collectives/x.h\"\n' > src/transport/new_link.cpp"
   expect fail relative_upward "printf '#include \"../collectives/c.h\"\n' > src/transport/rel.cpp; touch src/collectives/c.h"
@@ -207,7 +210,7 @@ check_exports() {  # check_exports LIB
   # (Collected once: grep -q on a pipe would end it early, and pipefail would call that a miss.)
   syms=$(nm -D --defined-only "$lib" | awk '{print $3}' | c++filt)
   bad=$(echo "$syms" |
-        grep -E 'peerlink::(detail|gpu|coll|common|bootstrap|config|shm|py_binding)::|peerlink::topology::(System|Level|Decision|LiveChecks|Probe|probe_|load_system|render_|p2p_level|decide_all\b|system_from|parse_level|path_name|cached_live)' || true)
+        grep -E 'peerlink::(detail|gpu|coll|common|bootstrap|config|shm|hier|py_binding)::|peerlink::topology::(System|Level|Decision|LiveChecks|Probe|probe_|load_system|render_|p2p_level|decide_all\b|system_from|parse_level|path_name|cached_live)' || true)
   local count
   count=$(nm -D --defined-only "$lib" | grep -c ' [TDBRVW] ' || true)
   if [ -n "$bad" ]; then

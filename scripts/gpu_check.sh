@@ -3,7 +3,7 @@
 # (two processes on one GPU, and one process per GPU when there are two or more), then whatever
 # GPU steps the other parts provide. Everything goes under $OUT: a summary log plus one tarball
 # (the device tool returns at most 8 files).
-#   STEPS="build pyquick contract quick arvariants arbench lat stream colls fused topo bench coll py torch" (default:
+#   STEPS="build pyquick contract quick arvariants arbench lat stream colls fused topo bench coll nccl multinode py torch" (default:
 #   build contract stream colls vmm topo bench coll py); steps run in that order. DEADLINE=S skips steps after S seconds.
 set -u
 OUT=${OUT:-/tmp/peerlink-gpu-out}
@@ -133,6 +133,9 @@ fi
 if has bench && [ -f scripts/gpu_bench.sh ]; then BUILD=$BUILD SKIP_BUILD=1 run_step bench 420 bash scripts/gpu_bench.sh "$R/bench"; fi
 if has coll && [ -f scripts/gpu_collectives.sh ]; then BUILD=$BUILD run_step coll 420 bash scripts/gpu_collectives.sh "$R/coll" "$BUILD"; fi
 if has nccl && [ -f scripts/gpu_nccl.sh ]; then run_step nccl 400 bash scripts/gpu_nccl.sh "$R/nccl" "$BUILD"; fi  # libnccl.so.2 under torch (STEPS+=nccl)
+# Simulated nodes on one GPU (PEERLINK_HOSTID per node, NCCL_HOSTID per rank): the two-level plans
+# against the real NCCL, and torch.distributed through the preloaded shim (STEPS=multinode).
+if has multinode && [ -f scripts/gpu_multinode.sh ]; then run_step multinode 420 bash scripts/gpu_multinode.sh "$R/multinode" "$BUILD"; fi
 if has py && [ -f scripts/gpu_python.sh ]; then run_step py 420 bash scripts/gpu_python.sh "$R/py"; fi
 if has torch; then  # peerlink.torch: c10d backend + torch.ops.peerlink, 2 ranks sharing GPU 0; 8 B all_reduce vs the shim
   WHL=$(python3 -c "import importlib.util as u; s = u.find_spec('nvidia.nccl'); print(list(s.submodule_search_locations)[0] if s else '')")

@@ -31,6 +31,12 @@ struct CommStats {
   uint64_t sends_relay = 0;
 };
 
+// A fresh unique id for a Communicator, made on this node: it carries this rank's host identity
+// (Options::host_id, else hostname + boot id), so a rank on another node that is handed it fails
+// at once (InvalidArgument naming both hosts) instead of waiting for the rendezvous to time out.
+// Any other string still works as an id (without that check).
+std::string make_unique_id(const Options& opts = Options::from_env());
+
 class Communicator {
  public:
   // Collective: every rank of the job must construct its communicator (any order, within timeout).

@@ -288,6 +288,29 @@ struct Options {
   // libnccl.so.2 reads it and sees the public API only.
   bool nccl_host_backend = false;
 
+  // ---- multi-node (src/hier/, include/peerlink/multinode.h, docs/multi-node.md).
+  // This rank's host identity (PEERLINK_HOSTID, else NCCL_HOSTID as NCCL reads it): ranks whose
+  // strings are equal form one node; "" = the hostname up to its first '.' and the boot id, as
+  // NCCL's host hash. A Communicator's ranks must share one node; a multi-node communicator runs
+  // peerlink inside each node and an inter-node engine between them.
+  std::string host_id;
+  // Where the multi-node rendezvous listens (PEERLINK_SOCKET_IFNAME, else NCCL_SOCKET_IFNAME; NCCL's
+  // syntax: comma-separated name prefixes, a leading '^' excludes them, a leading '=' asks for exact
+  // names); "" = the first interface that is up and not loopback, else loopback.
+  std::string socket_ifname;
+  // Collectives of at least this many bytes (the full buffer) on a multi-node communicator with the
+  // same number of ranks on every node run the two-level plan (peerlink inside each node, the
+  // inter-node engine between nodes); others run whole on the engine (PEERLINK_HIER_MIN_BYTES,
+  // [0, 2^50]; 0 = off: every collective whole on the engine). Off by default: the cost model in
+  // docs/design-multinode.md finds NCCL's ring as fast or faster on nodes with a 400 Gb/s NIC per
+  // GPU, and the plan up to 1.5x faster where fewer NICs serve a node; measure, then set it. Every
+  // rank of a communicator must use the same value (the rendezvous checks it).
+  size_t hier_min_bytes = 0;
+  // Test hook (PEERLINK_TEST_HIER_REAL_ENGINE=1): a multi-node communicator of libnccl.so.2 on the
+  // host backend asks for the real NCCL as its inter-node engine (which cannot serve host memory),
+  // so CI reaches the paths where the real NCCL cannot be loaded.
+  bool test_hier_real_engine = false;
+
   // Interruption hook (not from the environment; empty = never called, the waits run as before).
   // Called from the calling thread at least every ~50 ms while one of these blocks: the
   // constructor (rendezvous and setup), barrier(), wait_ipc_buffer(), isend()/send_direct()

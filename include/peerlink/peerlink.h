@@ -12,6 +12,9 @@
 #if __has_include("peerlink/fused.h")
 #include "peerlink/fused.h"
 #endif
+#if __has_include("peerlink/multinode.h")
+#include "peerlink/multinode.h"
+#endif
 #if __has_include("peerlink/topology.h")
 #include "peerlink/topology.h"
 #endif

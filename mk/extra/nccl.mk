@@ -59,9 +59,27 @@ $(BUILD)/lib/libnccl.so: $(NCCL_SHIM)
 
 # The C API test links the shim (as an NCCL program would) and nothing internal.
 NCCL_TEST_SRCS := $(sort $(wildcard tests/nccl/*_test.cpp))
-$(NCCL_TEST_BIN): $(NCCL_TEST_SRCS) tests/nccl/nccl_harness.h $(NCCL_SHIM) $(BUILD)/lib/libnccl.so
+$(NCCL_TEST_BIN): $(NCCL_TEST_SRCS) $(wildcard tests/nccl/*.h) $(NCCL_SHIM) $(BUILD)/lib/libnccl.so
 	@mkdir -p $(dir $@)
 	$(CXX) $(NCCL_SHIM_CXXFLAGS) -o $@ $(NCCL_TEST_SRCS) -L$(BUILD)/lib -lnccl -lpeerlink $(LIB_RPATH) $(LDFLAGS_ALL) -lgtest -lgtest_main
+
+# Communicator creation time through the C API (benchmarks/nccl/init_bench.cpp; not part of `make
+# benchmarks`, which links libpeerlink only): make nccl-init-bench, then run $(BUILD)/bin/nccl_init_bench.
+NCCL_INIT_BENCH := $(BUILD)/bin/nccl_init_bench
+.PHONY: nccl-init-bench
+nccl-init-bench: $(NCCL_INIT_BENCH)
+$(NCCL_INIT_BENCH): benchmarks/nccl/init_bench.cpp $(NCCL_SHIM) $(BUILD)/lib/libnccl.so
+	@mkdir -p $(dir $@)
+	$(CXX) $(NCCL_SHIM_CXXFLAGS) -o $@ $< -L$(BUILD)/lib -lnccl -lpeerlink $(LIB_RPATH) $(LDFLAGS_ALL)
+
+# Simulated nodes on one GPU against the real NCCL (tests/nccl/multinode_gpu_check.cpp, run by
+# scripts/gpu_multinode.sh): CUDA builds only (it allocates device memory itself).
+NCCL_MN_GPU := $(BUILD)/bin/nccl_multinode_gpu
+.PHONY: nccl-multinode-gpu
+nccl-multinode-gpu: $(NCCL_MN_GPU)
+$(NCCL_MN_GPU): tests/nccl/multinode_gpu_check.cpp $(NCCL_SHIM) $(BUILD)/lib/libnccl.so
+	@mkdir -p $(dir $@)
+	$(CXX) $(NCCL_SHIM_CXXFLAGS) -o $@ $< -L$(BUILD)/lib -lnccl $(LIB_RPATH) $(LDFLAGS_ALL) $(BACKEND_LDLIBS)
 
 test-nccl: $(NCCL_SHIM) $(NCCL_TEST_BIN)
 	bash tests/nccl/check_exports.sh $(NCCL_INC)/nccl.h $(NCCL_SHIM)

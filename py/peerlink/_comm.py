@@ -18,7 +18,6 @@ allreduce() is stream-ordered instead: it is enqueued on that stream and does no
 from __future__ import annotations
 
 import os
-import uuid
 from typing import Any, Dict, Optional, Tuple
 
 from . import _peerlink as _C
@@ -59,6 +58,43 @@ def _device_index(device) -> int:
     raise _C.InvalidArgument(f"device must be an index, 'cpu', 'cuda[:N]' or a torch.device, got {device!r}")
 
 
+def _check_one_node(store, key: str, rank: int, members, timeout: Optional[float]) -> None:
+    """Every member's node identity through the torch store; InvalidArgument naming the nodes when
+    the group spans several (the same answer on every member, at once)."""
+    import datetime
+
+    node, name, default_ms = _C.host_identity()
+    store.set(f"{key}/host/{rank}", f"{node} {name}")
+    keys = [f"{key}/host/{r}" for r in range(len(members))]
+    wait_s = timeout if timeout is not None else default_ms / 1000.0
+    try:
+        store.wait(keys, datetime.timedelta(seconds=wait_s))
+    except Exception as e:  # torch raises its own error types for a store timeout
+        raise _C.TimeoutError(f"Communicator.from_torch: not every member of the group published its "
+                              f"node within {wait_s:g} s ({e})") from None
+    hosts = [store.get(k).decode().split(" ", 1) for k in keys]
+    nodes = describe_nodes(hosts, members)
+    if len(nodes) > 1:
+        raise _C.InvalidArgument(
+            f"Communicator.from_torch: the group spans {len(nodes)} nodes ({'; '.join(nodes)}); a peerlink "
+            "Communicator is one node's (its ranks meet through shared memory). Across nodes use torch's "
+            "NCCL backend with peerlink's libnccl.so.2, which runs peerlink inside each node "
+            "(docs/multi-node.md), or one Communicator per node.")
+
+
+def describe_nodes(hosts, members):
+    """["node 'a': group ranks 0,1 (global 0,1)", ...] from each member's (node id, name), nodes in
+    order of their first member."""
+    order, by_node = [], {}
+    for r, (node, name) in enumerate(hosts):
+        if node not in by_node:
+            order.append(node)
+            by_node[node] = (name, [])
+        by_node[node][1].append(r)
+    return [f"node '{by_node[n][0]}': group ranks {','.join(map(str, by_node[n][1]))} (global "
+            f"{','.join(str(members[r]) for r in by_node[n][1])})" for n in order]
+
+
 class Communicator(CollectivesMixin, StreamP2PMixin):
     """One per process and job: meets the other ranks of `unique_id` on this node.
 
@@ -94,10 +130,14 @@ class Communicator(CollectivesMixin, StreamP2PMixin):
     def from_torch(cls, group=None, device: Any = None, timeout: Optional[float] = None) -> "Communicator":
         """Rank, world size and a fresh unique id from an initialized torch.distributed group.
 
-        The group's first rank makes a random id and sets it in the default store; the others get it
-        (Store.get blocks until it is there). Collective over the group, like any communicator.
-        device defaults to GPU LOCAL_RANK (torchrun) or the current CUDA device when CUDA is
-        available, else the host backend.
+        A Communicator is one node's: every member first puts its node identity (PEERLINK_HOSTID,
+        else NCCL_HOSTID, else hostname + boot id) in the default store and reads the others', and
+        a group that spans nodes raises InvalidArgument at once, naming the nodes and their ranks
+        (across nodes, torch's NCCL backend with peerlink's libnccl.so.2 runs peerlink inside each
+        node: docs/multi-node.md). Then the group's first rank makes an id (which names its node)
+        and sets it in the store; the others get it. Collective over the group, like any
+        communicator. device defaults to GPU LOCAL_RANK (torchrun) or the current CUDA device when
+        CUDA is available, else the host backend.
         """
         import torch
         import torch.distributed as dist
@@ -115,8 +155,9 @@ class Communicator(CollectivesMixin, StreamP2PMixin):
         # Every member calls from_torch in the same order, so a per-process counter names the call.
         cls._torch_calls = getattr(cls, "_torch_calls", 0) + 1
         key = f"peerlink/unique_id/{cls._torch_calls}/" + ",".join(map(str, members))
+        _check_one_node(store, key, rank, members, timeout)
         if rank == 0:
-            uid = f"torch-{uuid.uuid4().hex[:16]}"
+            uid = _C.make_unique_id()
             store.set(key, uid)
         else:
             uid = store.get(key).decode()

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from typing import List, Optional
 
 GRACE_S = 3.0
@@ -44,7 +43,10 @@ def _stop(procs: List[subprocess.Popen]) -> None:
 
 def launch(nprocs: int, argv: List[str], timeout: float, module: bool = False,
            device_per_rank: bool = False, unique_id: Optional[str] = None) -> int:
-    uid = unique_id or f"launch-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    # An id that names this node: every rank runs here, and a copy used elsewhere fails at once.
+    from . import _peerlink
+
+    uid = unique_id or _peerlink.make_unique_id()
     cmd = [sys.executable] + (["-m"] if module else []) + argv
     procs: List[subprocess.Popen] = []
     try:

@@ -4,11 +4,13 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "bindings.h"
 #include "peerlink/device.h"
 #include "peerlink/errors.h"
+#include "peerlink/multinode.h"
 
 namespace py = pybind11;
 
@@ -84,6 +86,15 @@ void register_extras(py::module_& m) {
   });
   m.def("is_device_pointer", [](uintptr_t p) { return device::is_device_pointer(reinterpret_cast<void*>(p)); });
   m.def("dlpack_info", &dlpack_info);
+  // Node identity (PEERLINK_HOSTID, else NCCL_HOSTID, else hostname + boot id) and ids that carry it.
+  m.def("make_unique_id", [] { return make_unique_id(Options::from_env()); },
+        "A fresh Communicator unique id that names this node: a rank elsewhere fails at once.");
+  m.def("host_identity", [] {
+    Options o = Options::from_env();
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(host_id(o)));
+    return py::make_tuple(std::string(hex), host_name(o), static_cast<int64_t>(o.timeout.count()));
+  }, "(node id as 16 hex digits, node name, default timeout in ms) of this process.");
 }
 
 }  // namespace peerlink::py_binding

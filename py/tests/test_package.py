@@ -122,4 +122,53 @@ def _from_torch(ctx, store_path):
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 def test_from_torch_shares_one_id(tmp_path):
     ids = run_ranks(_from_torch, world=2, make_comm=False, args=(str(tmp_path / "store"),))
-    assert ids[0] == ids[1] and ids[0].startswith("torch-")
+    assert ids[0] == ids[1] and ids[0].startswith("pl-")  # an id that names its node
+
+
+class _DictStore:
+    """The part of torch's Store API from_torch uses, over a dict (no torch needed)."""
+
+    def __init__(self, preset=None):
+        self.d = {}
+        for k, v in (preset or {}).items():
+            self.set(k, v)
+
+    def set(self, k, v):
+        self.d[k] = v.encode() if isinstance(v, str) else v
+
+    def get(self, k):
+        return self.d[k]
+
+    def wait(self, keys, timeout):
+        missing = [k for k in keys if k not in self.d]
+        if missing:
+            raise RuntimeError(f"wait timeout: {missing}")
+
+
+def test_from_torch_refuses_a_group_across_nodes():
+    from peerlink._comm import _check_one_node
+
+    node, name, _ = peerlink._peerlink.host_identity()
+    key = "peerlink/unique_id/1/0,2,4"
+    # Members 1 and 2 of the group published other nodes' identities: the check names every node.
+    store = _DictStore({f"{key}/host/1": f"{'1' * 16} rack-b", f"{key}/host/2": f"{node} {name}"})
+    with pytest.raises(peerlink.InvalidArgument, match=r"spans 2 nodes .*node 'rack-b': group ranks 1 \(global 2\)"):
+        _check_one_node(store, key, 0, [0, 2, 4], timeout=1)
+    same = _DictStore({f"{key}/host/1": f"{node} {name}", f"{key}/host/2": f"{node} {name}"})
+    _check_one_node(same, key, 0, [0, 2, 4], timeout=1)  # one node: fine
+    with pytest.raises(peerlink.TimeoutError, match="did not|not every member"):
+        _check_one_node(_DictStore(), key, 0, [0, 2, 4], timeout=1)
+
+
+def test_unique_id_names_its_node():
+    uid = peerlink._peerlink.make_unique_id()
+    assert uid.startswith("pl-") and uid != peerlink._peerlink.make_unique_id()
+    # A process of another node (PEERLINK_HOSTID) handed this id fails at once, naming both hosts.
+    code = ("import time, peerlink\n"
+            "t0 = time.monotonic()\n"
+            f"try:\n    peerlink.Communicator({uid!r}, 1, 2, -1, timeout=30)\n"
+            "except peerlink.InvalidArgument as e:\n"
+            "    assert 'elsewhere' in str(e) and time.monotonic() - t0 < 5, e\n    print('refused')\n")
+    env = dict(os.environ, PEERLINK_HOSTID="elsewhere")
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "refused" in p.stdout, p.stdout + p.stderr

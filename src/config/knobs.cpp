@@ -78,6 +78,9 @@ Table make_table() {
   row(t, User, "PEERLINK_STREAM_PDL", switch_(OPT(stream_pdl), -1, 1, "on from compute capability 9.0"), "launch the stream send/recv kernels with programmatic dependent launch (as `PEERLINK_ALLREDUCE_PDL`: a user kernel launched with PDL after a `recv` must call `cudaGridDependencySynchronize()` before reading the received bytes)");
   row(t, User, "PEERLINK_COLL_GRAPH_REGISTER", integer(OPT(coll_graph_register), 0, 2), "a collective captured into a CUDA graph on buffers in no registered window registers its window buffer as a window of its own (`1`), also on eager calls, one host exchange each, for tests (`2`), or never (`0`). With it on, every rank must capture the collectives any rank captures");
   row(t, User, "PEERLINK_FD_PASSING", choice(OPT(fd_passing), spellings(kFdPassings)), "how memory exported by file descriptor reaches a peer: `pidfd_getfd` with a fallback to the job's Unix socket (`auto`), or only one of them");
+  row(t, User, {"PEERLINK_HOSTID", "NCCL_HOSTID"}, text(OPT(host_id), "any string"), "this rank's host identity: ranks with equal ones form one node (`docs/multi-node.md`); unset: the hostname up to its first `.` and the boot id, as NCCL's host hash");
+  row(t, User, {"PEERLINK_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}, text(OPT(socket_ifname), "NCCL's syntax: `eth,ib` prefixes, `^docker` excludes, `=eth0` exact"), "where the multi-node rendezvous of `ncclGetUniqueId` listens; unset: the first interface up and not loopback (`ib*` first), else loopback");
+  row(t, User, "PEERLINK_HIER_MIN_BYTES", integer(OPT(hier_min_bytes), 0, 1LL << 50).zero_means("off"), "`libnccl.so.2` across nodes: collectives of at least this many bytes take the two-level plan (peerlink inside each node, the real NCCL between nodes; `docs/design-multinode.md` says where it pays); smaller ones run whole on the real NCCL. Every rank must agree");
   row(t, User, "PEERLINK_NCCL_LIBRARY", text(OPT(nccl_library), "a path"), "`libnccl.so.2`: the real NCCL that forwarded work runs on (also the NCCL the benchmarks compare with); unset: the usual places");
   row(t, User, "NCCL_DEBUG", text(OPT(nccl_debug), "NCCL's (`VERSION`, `WARN`, `INFO`, `TRACE`, ...)"), "`libnccl.so.2`'s log level, as NCCL reads it: at `INFO` it says which path each communicator and operation took");
 
@@ -122,6 +125,7 @@ Table make_table() {
 
   // ---- Test: switches of the library's own tests (not in the docs).
   row(t, Test, "PEERLINK_NCCL_HOST_BACKEND", flag(OPT(nccl_host_backend)), "libnccl.so.2's communicators use host memory whatever the current GPU (CI drives the NCCL C API without a GPU)");
+  row(t, Test, "PEERLINK_TEST_HIER_REAL_ENGINE", flag(OPT(test_hier_real_engine)), "a multi-node communicator of `libnccl.so.2` on the host backend asks for the real NCCL as its inter-node engine (CI reaches the paths where it cannot be loaded)");
   row(t, Test, "PEERLINK_TEST_CHANNEL_NEVER_READY", flag(HOOK(channel_never_ready)), "fault injection: the higher rank of every pair never opens the done_seq channel");
   row(t, Test, "PEERLINK_TEST_WINDOW_MAP_FAIL", flag(HOOK(window_map_fail)), "fault injection: register_window on this rank fails to map its peers' ranges");
   row(t, Test, "PEERLINK_ALLREDUCE_ONESHOT_GENERIC", flag(HOOK(allreduce_oneshot_generic)), "the generic one-shot allreduce loop instead of the register kernel");

@@ -9,6 +9,10 @@ PL_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, 
   const char* what = "ncclAllGather";
   if (ncclResult_t r = check_args(comm, what, datatype, -1, INT_MIN, sendcount, {sendbuff, recvbuff})) return r;
   if (empty_collective(comm, what, sendcount)) return ncclSuccess;
+  if (comm->route == Route::Hier) {
+    const size_t b = sendcount * type_size(datatype);
+    return on_hier(comm, what, stream, [=] { return comm->hier->all_gather(sendbuff, recvbuff, b, stream); });
+  }
   if (comm->route == Route::Peerlink) {
 #if PL_NCCL_USE_PL_ALL_GATHER
     DataType dt;
@@ -45,6 +49,8 @@ PL_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, s
   if (ncclResult_t r = check_args(comm, what, datatype, -1, INT_MIN, count, {sendbuff, recvbuff})) return r;
   if (empty_collective(comm, what, count)) return ncclSuccess;
   size_t b = count * type_size(datatype);
+  if (comm->route == Route::Hier)
+    return on_hier(comm, what, stream, [=] { return comm->hier->all_to_all(sendbuff, recvbuff, b, stream); });
   // In place, a peer's block lands where this rank still reads its own outgoing block: the
   // library's all_to_all orders that itself when sendbuff == recvbuff (peerlink/collectives.h);
   // the p2p plan stages any overlap.
@@ -98,6 +104,10 @@ PL_NCCL_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, siz
   const char* what = "ncclGather";
   if (ncclResult_t r = check_args(comm, what, datatype, -1, root, count, {sendbuff})) return r;
   if (comm->rank == root && count > 0 && !recvbuff) return bad(what, "root's recvbuff is NULL");
+  if (comm->route == Route::Hier) {
+    const size_t b = count * type_size(datatype);
+    return on_hier(comm, what, stream, [=] { return comm->hier->gather(sendbuff, recvbuff, b, root, stream); });
+  }
   if (comm->route == Route::Peerlink && !comm->p2p_forward) {
     say(comm, what, "peerlink send/recv");
     size_t b = count * type_size(datatype);
@@ -119,6 +129,10 @@ PL_NCCL_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, si
   const char* what = "ncclScatter";
   if (ncclResult_t r = check_args(comm, what, datatype, -1, root, count, {recvbuff})) return r;
   if (comm->rank == root && count > 0 && !sendbuff) return bad(what, "root's sendbuff is NULL");
+  if (comm->route == Route::Hier) {
+    const size_t b = count * type_size(datatype);
+    return on_hier(comm, what, stream, [=] { return comm->hier->scatter(sendbuff, recvbuff, b, root, stream); });
+  }
   if (comm->route == Route::Peerlink && !comm->p2p_forward) {
     say(comm, what, "peerlink send/recv");
     size_t b = count * type_size(datatype);

@@ -1,16 +1,17 @@
 // Communicator lifetime and queries: ncclGetUniqueId, ncclCommInit*, ncclCommSplit/Shrink,
 // ncclCommFinalize/Destroy/Abort/Revoke, ncclCommGetAsyncError, ncclCommCount/CuDevice/UserRank.
 //
-// Routing (decided when the communicator is created, same answer on every rank):
-//   - an id without our magic (made by a real NCCL elsewhere)           -> real NCCL, id as is
-//   - our id, made on another host than this rank's                    -> real NCCL (embedded id)
-//   - our id, made on this host                                        -> peerlink
-// A rank on the id's host cannot see a rank elsewhere: a job whose ranks span nodes but which
-// creates its id through this library must make every rank route alike, which the host check
-// gives only to the ranks off the root's node (README: limitation; set PEERLINK_NCCL_LIBRARY and
-// LD_LIBRARY_PATH to the real NCCL for multi-node jobs until a cross-node check exists).
+// Routing (the same answer on every rank):
+//   - an id without our magic (made by a real NCCL elsewhere)            -> real NCCL, id as is
+//   - our id (ncclGetUniqueId): every rank meets the others through the TCP rendezvous the id
+//     names (hier_glue.h) and learns the node map: one node -> peerlink; several nodes -> peerlink
+//     inside each node and the real NCCL between them (peerlink::HierCommunicator)
+//   - our id made by ncclCommInitAll (every rank in this process)       -> peerlink, no meeting
+//   - our id without a rendezvous address (an older library made it): its host decides, as before:
+//     made on this host -> peerlink, else the real NCCL through the embedded real id
 #include <cstring>
 
+#include "hier_glue.h"
 #include "real_nccl.h"
 #include "shim.h"
 #include "unique_id.h"
@@ -66,9 +67,13 @@ ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int 
   }
   IdInfo info = parse_id(id);
   ncclUniqueId real_id = id;
+  const bool meet = info.ours && info.has_rendezvous && !info.one_process;
   if (!info.ours) {
     c->route = Route::Real;
-  } else if (info.host != this_host_id()) {
+  } else if (meet || info.one_process || info.host == host_id(c->opts)) {
+    c->route = Route::Peerlink;  // a meeting may still make it Route::Hier (init_by_meeting)
+    c->pl_id = "nccl" + info.nonce_hex;
+  } else {
     c->route = Route::Real;
     if (!info.has_real) {
       set_last_error(std::string(what) + ": the unique id comes from another host and carries no real NCCL id "
@@ -76,9 +81,6 @@ ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int 
       return ncclInvalidUsage;
     }
     real_id = info.real;
-  } else {
-    c->route = Route::Peerlink;
-    c->pl_id = "nccl" + info.nonce_hex;
   }
   const RealNccl* real = nullptr;
   if (c->route == Route::Real) {
@@ -88,7 +90,7 @@ ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int 
     }
     if (!(real = need_real(c->opts, what))) return ncclInvalidUsage;
   }
-  if (c->log.info)
+  if (c->log.info && !meet)
     log_line("INFO", "comm %p rank %d/%d device %d: %s%s%s", static_cast<void*>(c.get()), rank, nranks, c->device,
              c->route == Route::Peerlink ? "peerlink (all ranks on this node)"
                                          : (info.ours ? "real NCCL (the id was made on another node)"
@@ -106,7 +108,8 @@ ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int 
   Op op;
   op.comm = raw;
   op.kind = OpKind::Init;
-  op.run = [raw, real, real_id, cfg, copy_cfg, config, what]() mutable -> ncclResult_t {
+  op.run = [raw, real, real_id, cfg, copy_cfg, config, what, info, meet]() mutable -> ncclResult_t {
+    if (meet) return init_by_meeting(raw, info, copy_cfg ? &cfg : nullptr, what);
     if (raw->route == Route::Real) {
       ncclResult_t r = real->ncclCommInitRankConfig(&raw->real, raw->nranks, real_id, raw->rank,
                                                     copy_cfg ? &cfg : config);
@@ -131,6 +134,32 @@ ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int 
   return submit(std::move(op));
 }
 
+// An id of this library: a real NCCL id embedded where the real NCCL can be loaded (GPU builds),
+// and the address of a fresh rendezvous service unless every rank is in this process.
+ncclResult_t make_our_id(ncclUniqueId* out, bool one_process, const char* what) {
+  try {
+    Options o = Options::from_env();
+    // Not on the host backend: no GPU, the real NCCL is of no use there (and CI need not have it).
+    ncclUniqueId real_id;
+    bool have_real = false;
+    if (!o.nccl_host_backend && device::compiled_with_gpu()) {
+      std::string why;
+      if (const RealNccl* r = real_nccl(o.nccl_library, &why)) have_real = r->ncclGetUniqueId(&real_id) == ncclSuccess;
+      else if (Log::from(o).info) log_line("INFO", "%s: no real NCCL id embedded: %s", what, why.c_str());
+    }
+    JobNonce nonce = random_nonce();
+    RendezvousAddress address{};
+    if (!one_process) address = start_rendezvous(nonce, o);
+    *out = make_id(have_real ? &real_id : nullptr, host_id(o), nonce, one_process ? nullptr : &address, one_process);
+    if (!one_process && Log::from(o).info)
+      log_line("INFO", "%s: rendezvous of the ranks at %s", what, describe_rendezvous(address).c_str());
+    return ncclSuccess;
+  } catch (const std::exception& e) {
+    set_last_error(std::string(what) + ": " + e.what());
+    return result_of(e);
+  }
+}
+
 }  // namespace
 
 PL_NCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
@@ -138,23 +167,7 @@ PL_NCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
     set_last_error("ncclGetUniqueId: uniqueId is NULL");
     return ncclInvalidArgument;
   }
-  try {
-    Options o = Options::from_env();
-    // Embed a real NCCL id so that ranks on other nodes can create a real communicator; not on
-    // the host backend (no GPU: the real NCCL is of no use there, and CI need not have it).
-    ncclUniqueId real_id;
-    bool have_real = false;
-    if (!o.nccl_host_backend && device::compiled_with_gpu()) {
-      std::string why;
-      if (const RealNccl* r = real_nccl(o.nccl_library, &why)) have_real = r->ncclGetUniqueId(&real_id) == ncclSuccess;
-      else if (Log::from(o).info) log_line("INFO", "ncclGetUniqueId: no real NCCL id embedded: %s", why.c_str());
-    }
-    *uniqueId = make_id(have_real ? &real_id : nullptr);
-    return ncclSuccess;
-  } catch (const std::exception& e) {
-    set_last_error(std::string("ncclGetUniqueId: ") + e.what());
-    return result_of(e);
-  }
+  return make_our_id(uniqueId, false, "ncclGetUniqueId");
 }
 
 PL_NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
@@ -206,7 +219,7 @@ PL_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const i
     return ncclInvalidArgument;
   }
   ncclUniqueId id;
-  ncclResult_t r = ncclGetUniqueId(&id);
+  ncclResult_t r = make_our_id(&id, true, "ncclCommInitAll");
   if (r != ncclSuccess) return r;
   int prev = -1;
   try {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "hier_glue.h"
 #include "real_nccl.h"
 #include "shim.h"
 
@@ -74,7 +75,7 @@ PL_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, n
   ncclComm* child = nullptr;
   if (color != NCCL_SPLIT_NOCOLOR) {
     child = new ncclComm;
-    child->route = Route::Peerlink;
+    child->route = comm->route;  // a child of a multi-node parent may be one node's: split_hier decides
     child->opts = comm->opts;
     apply_config(child->opts, config);
     child->log = comm->log;
@@ -84,6 +85,7 @@ PL_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, n
   Op op;
   op.comm = comm;
   op.run = [comm, color, key, child]() -> ncclResult_t {
+    if (comm->route == Route::Hier) return split_hier(comm, color, key, child);
     ncclComm scratch;  // the NOCOLOR rank's stand-in: takes part in the exchange, creates nothing
     return split_peerlink(comm, color, key, child ? child : &scratch);
   };
@@ -126,7 +128,7 @@ PL_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksLis
   }
   // NCCL_SHRINK_ABORT: no host-side work to abort.
   auto* child = new ncclComm;
-  child->route = Route::Peerlink;
+  child->route = comm->route;
   child->opts = comm->opts;
   apply_config(child->opts, config);
   child->log = comm->log;
@@ -139,7 +141,8 @@ PL_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksLis
   Op op;
   op.comm = comm;
   op.kind = OpKind::Init;
-  op.run = [comm, child]() -> ncclResult_t {
+  op.run = [comm, child, excl]() -> ncclResult_t {
+    if (comm->route == Route::Hier) return shrink_hier(comm, excl, child);
     try {
       child->pl = std::make_unique<Communicator>(child->pl_id, child->rank, child->nranks, child->device, child->opts);
       warm_p2p(child);
@@ -164,6 +167,14 @@ PL_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   }
   // peerlink's ops hold no host-side work after they return (stream-ordered or synchronous), so
   // there is nothing to flush; the real communicator, if any, finalizes its own.
+  if (comm->hier) {
+    try {
+      comm->hier->finalize();
+    } catch (const std::exception& e) {
+      set_last_error(std::string("ncclCommFinalize: ") + e.what());
+      return result_of(e);
+    }
+  }
   if (comm->real) return real_of(comm)->ncclCommFinalize(comm->real);
   return ncclSuccess;
 }
@@ -181,6 +192,15 @@ static ncclResult_t destroy(ncclComm_t comm, bool abort, const char* what) {
     } catch (const std::exception& e) {
       set_last_error(std::string(what) + ": peerlink: " + e.what());
       res = result_of(e);
+    }
+  }
+  if (comm->hier) {
+    try {
+      if (abort) comm->hier->abort();  // wakes other threads' waits, stops the engines' work
+      comm->hier.reset();
+    } catch (const std::exception& e) {
+      set_last_error(std::string(what) + ": " + e.what());
+      if (res == ncclSuccess) res = result_of(e);
     }
   }
   if (comm->real) {
@@ -221,6 +241,13 @@ PL_NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
       res = result_of(e);
     }
   }
+  if (comm->hier) {
+    try {
+      comm->hier->revoke();
+    } catch (const std::exception& e) {
+      if (res == ncclSuccess) res = result_of(e);
+    }
+  }
   if (comm->real) {
     ncclResult_t r = real_of(comm)->ncclCommRevoke(comm->real, revokeFlags);
     if (res == ncclSuccess) res = r;
@@ -250,6 +277,15 @@ PL_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t*
         set_last_error(std::string("async error: ") + e.what());
         comm->async_error.store(result_of(e));
       }
+    }
+  }
+  // Both sides of a multi-node communicator: peerlink's (node communicator) and the engines'.
+  if (comm->hier && comm->async_error.load() == ncclSuccess) {
+    try {
+      comm->hier->check_async_error();
+    } catch (const std::exception& e) {
+      set_last_error(std::string("async error: ") + e.what());
+      comm->async_error.store(result_of(e));
     }
   }
   if (comm->real && comm->async_error.load() == ncclSuccess) {

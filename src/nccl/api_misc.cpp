@@ -156,11 +156,12 @@ PL_NCCL_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, 
     return result_of(e);
   }
   *win = reinterpret_cast<ncclWindow_t>(w);
-  if (!(winFlags & NCCL_WIN_COLL_SYMMETRIC)) {
+  // A multi-node communicator registers nothing: its node communicators and engines take any buffer.
+  if (!(winFlags & NCCL_WIN_COLL_SYMMETRIC) || comm->route == Route::Hier) {
     if (comm->log.info)
-      log_line("INFO", "comm %p rank %d/%d: window %p (%zu bytes, flags 0x%x): not symmetric, no peerlink window "
+      log_line("INFO", "comm %p rank %d/%d: window %p (%zu bytes, flags 0x%x): %s, no peerlink window "
                "(collectives on it run as on any buffer)", static_cast<void*>(comm), comm->rank, comm->nranks, buff,
-               size, winFlags);
+               size, winFlags, comm->route == Route::Hier ? "a multi-node communicator" : "not symmetric");
     return ncclSuccess;
   }
   Op o;

@@ -21,6 +21,11 @@
 //   any p2p, p2p plan    forwarded when a pair of the communicator has no stream-ordered path
 //                        (relay: p2p_forward, set at creation by warm_p2p)
 // Forwarded = the real NCCL on a real communicator created lazily (real_comm): never silently wrong.
+//
+// On a multi-node communicator (Route::Hier): peerlink::HierCommunicator's plans for every op with
+// the types and reductions above (two levels, or whole on the inter-node engine; it says which),
+// send/recv by peer (peerlink inside the node, the engine between); other types and PreMulSum whole
+// on the real NCCL's world communicator.
 #include "ops_common.h"
 
 using namespace peerlink;
@@ -35,6 +40,8 @@ PL_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, 
     return copy_as_collective(comm, what, recvbuff, sendbuff, count * type_size(datatype), stream);
   DataType dt;
   ReduceOp rop;
+  if (comm->route == Route::Hier && pl_dtype(datatype, op, &dt) && pl_op(op, &rop))
+    return on_hier(comm, what, stream, [=] { return comm->hier->allreduce(sendbuff, recvbuff, count, dt, rop, stream); });
   // peerlink's allreduce serves up to 8 ranks (one node's GPUs; UnsupportedError beyond).
   if (comm->route == Route::Peerlink && comm->nranks <= 8 && pl_dtype(datatype, op, &dt) && pl_op(op, &rop)) {
     say(comm, what, "peerlink allreduce");
@@ -55,10 +62,16 @@ PL_NCCL_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDat
     return forward(comm, what, ncclSum, [=](const RealNccl* r, ncclComm_t rc, ncclRedOp_t) {
       return r->ncclSend(sendbuff, count, datatype, peer, rc, stream);
     }, OpKind::P2p);
-  say(comm, what, "peerlink send");
   size_t bytes = count * type_size(datatype);
   auto src = std::make_shared<const void*>(sendbuff);
-  Op o = peerlink_op(comm, what, OpKind::P2p, stream, [=] { p2p_send(comm, peer, *src, bytes, stream); });
+  Op o;
+  if (comm->route == Route::Hier) {
+    say(comm, what, same_node(comm, peer) ? "peerlink send (a peer of this node)" : "the inter-node engine's send (a peer on another node)");
+    o = peerlink_op(comm, what, OpKind::P2p, stream, [=] { comm->hier->send(peer, *src, bytes, stream); });
+  } else {
+    say(comm, what, "peerlink send");
+    o = peerlink_op(comm, what, OpKind::P2p, stream, [=] { p2p_send(comm, peer, *src, bytes, stream); });
+  }
   o.send_src = static_cast<const char*>(sendbuff);
   o.send_bytes = bytes;
   o.stream = stream;
@@ -74,9 +87,15 @@ PL_NCCL_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_
     return forward(comm, what, ncclSum, [=](const RealNccl* r, ncclComm_t rc, ncclRedOp_t) {
       return r->ncclRecv(recvbuff, count, datatype, peer, rc, stream);
     }, OpKind::P2p);
-  say(comm, what, "peerlink recv");
   size_t bytes = count * type_size(datatype);
-  Op o = peerlink_op(comm, what, OpKind::P2p, stream, [=] { p2p_recv(comm, peer, recvbuff, bytes, stream); });
+  Op o;
+  if (comm->route == Route::Hier) {
+    say(comm, what, same_node(comm, peer) ? "peerlink recv (a peer of this node)" : "the inter-node engine's recv (a peer on another node)");
+    o = peerlink_op(comm, what, OpKind::P2p, stream, [=] { comm->hier->recv(peer, recvbuff, bytes, stream); });
+  } else {
+    say(comm, what, "peerlink recv");
+    o = peerlink_op(comm, what, OpKind::P2p, stream, [=] { p2p_recv(comm, peer, recvbuff, bytes, stream); });
+  }
   o.recv_dst = static_cast<char*>(recvbuff);
   o.recv_bytes = bytes;
   o.stream = stream;
@@ -89,6 +108,10 @@ PL_NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, 
   if (ncclResult_t r = check_args(comm, what, datatype, -1, root, count, {recvbuff})) return r;
   if (comm->rank == root && count > 0 && !sendbuff) return bad(what, "root's sendbuff is NULL");
   if (empty_collective(comm, what, count)) return ncclSuccess;
+  if (comm->route == Route::Hier) {
+    const size_t bytes = count * type_size(datatype);
+    return on_hier(comm, what, stream, [=] { return comm->hier->broadcast(sendbuff, recvbuff, bytes, root, stream); });
+  }
   if (comm->route == Route::Peerlink) {
 #if PL_NCCL_USE_PL_BROADCAST
     DataType dt;
@@ -127,9 +150,12 @@ PL_NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, siz
   if (empty_collective(comm, what, count)) return ncclSuccess;
   if (one_rank_reduction(comm, what, op))
     return copy_as_collective(comm, what, recvbuff, sendbuff, count * type_size(datatype), stream);
-#if PL_NCCL_USE_PL_REDUCE
   DataType dt;
   ReduceOp rop;
+  if (comm->route == Route::Hier && pl_dtype(datatype, op, &dt) && pl_op(op, &rop))
+    return on_hier(comm, what, stream,
+                   [=] { return comm->hier->reduce(sendbuff, recvbuff, count, dt, rop, root, stream); });
+#if PL_NCCL_USE_PL_REDUCE
   if (comm->route == Route::Peerlink && comm->nranks <= 8 && pl_dtype(datatype, op, &dt) && pl_op(op, &rop)) {
     say(comm, what, "peerlink reduce");
     return on_peerlink(comm, what, OpKind::Collective, stream,
@@ -149,9 +175,12 @@ PL_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbu
   if (empty_collective(comm, what, recvcount)) return ncclSuccess;
   if (one_rank_reduction(comm, what, op))
     return copy_as_collective(comm, what, recvbuff, sendbuff, recvcount * type_size(datatype), stream);
-#if PL_NCCL_USE_PL_REDUCE_SCATTER
   DataType dt;
   ReduceOp rop;
+  if (comm->route == Route::Hier && pl_dtype(datatype, op, &dt) && pl_op(op, &rop))
+    return on_hier(comm, what, stream,
+                   [=] { return comm->hier->reduce_scatter(sendbuff, recvbuff, recvcount, dt, rop, stream); });
+#if PL_NCCL_USE_PL_REDUCE_SCATTER
   if (comm->route == Route::Peerlink && comm->nranks <= 8 && pl_dtype(datatype, op, &dt) && pl_op(op, &rop)) {
     say(comm, what, "peerlink reduce_scatter");
     return on_peerlink(comm, what, OpKind::Collective, stream,

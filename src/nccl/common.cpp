@@ -9,6 +9,7 @@
 #include <new>
 #include <strings.h>
 
+#include "hier_glue.h"
 #include "real_nccl.h"
 #include "shim.h"
 
@@ -97,6 +98,7 @@ ncclComm* wrap_real(ncclComm* parent, ncclComm_t r) {
 }
 
 ncclComm_t real_comm(ncclComm* comm, const char* what) {
+  if (comm->route == Route::Hier) return hier_real_comm(comm, what);
   std::lock_guard<std::mutex> g(comm->real_mu);
   if (comm->real || comm->route == Route::Real) return comm->real;
   if (comm->device < 0) {

@@ -139,7 +139,10 @@ void stage_overlapping_sends(ncclComm* comm, std::vector<Op*>& ops) {
         hit = r;
       }
     if (!hits) continue;
-    if (comm->device >= 0 && hits == 1 && exact_pair(s, hit) && ordered + s->send_bytes <= kEngineOrderedBytes) {
+    // Not on a multi-node communicator: the pair's two halves may go to two engines (a peer of this
+    // node and one elsewhere), which order nothing between them.
+    if (comm->device >= 0 && comm->route != Route::Hier && hits == 1 && exact_pair(s, hit) &&
+        ordered + s->send_bytes <= kEngineOrderedBytes) {
       int senders = 0;  // the receive must be overlapped by this send alone
       for (Op* o : ops) senders += o->send_bytes && overlaps(o->send_src, o->send_bytes, hit->recv_dst, hit->recv_bytes);
       if (senders == 1) {
@@ -212,7 +215,7 @@ ncclResult_t run_peerlink_batch(ncclComm* comm, std::vector<Op*>& ops) {
   bool any_p2p = false;
   for (Op* op : ops) any_p2p = any_p2p || (op->kind == OpKind::P2p && op->on_peerlink);
   if (!any_p2p) return first;
-  if (!comm->pl) return first != ncclSuccess ? first : ncclInvalidUsage;
+  if (!comm->pl && !comm->hier) return first != ncclSuccess ? first : ncclInvalidUsage;
   try {
     stage_overlapping_sends(comm, ops);
   } catch (const std::exception& e) {
@@ -220,7 +223,8 @@ ncclResult_t run_peerlink_batch(ncclComm* comm, std::vector<Op*>& ops) {
     return result_of(e);
   }
   try {
-    comm->pl->group_start();
+    if (comm->hier) comm->hier->group_start();
+    else comm->pl->group_start();
   } catch (const std::exception& e) {
     set_last_error(std::string("ncclGroupEnd: peerlink group_start: ") + e.what());
     return result_of(e);
@@ -228,7 +232,9 @@ ncclResult_t run_peerlink_batch(ncclComm* comm, std::vector<Op*>& ops) {
   for (Op* op : ops)
     if (op->kind == OpKind::P2p && op->on_peerlink) keep(op->run());
   try {
-    comm->pl->group_end();  // always closed, even after a rejected op: the communicator stays usable
+    // Always closed, even after a rejected op: the communicator stays usable.
+    if (comm->hier) comm->hier->group_end();
+    else comm->pl->group_end();
   } catch (const std::exception& e) {
     set_last_error(std::string("ncclGroupEnd: peerlink send/recv: ") + e.what());
     keep(result_of(e));
@@ -266,7 +272,8 @@ struct Batch {
 // concurrently.
 bool serial_ok(const std::vector<Batch>& batches) {
   for (const Batch& b : batches) {
-    if (!b.comm || b.comm->device < 0) return false;
+    // Multi-node: the engine's calls may wait for ranks of other batches (its init, its splits).
+    if (!b.comm || b.comm->device < 0 || b.comm->route == Route::Hier) return false;
     for (const Op* op : b.ops) {
       if (!op->on_peerlink) return false;
       if (op->kind == OpKind::P2p && (!b.comm->p2p_warm || b.comm->p2p_forward)) return false;
@@ -283,7 +290,7 @@ bool serial_ok(const std::vector<Batch>& batches) {
 ncclResult_t run_all(std::vector<Op>& ops) {
   std::vector<Batch> batches;
   for (Op& op : ops) {
-    ncclComm* key = op.comm->route == Route::Peerlink ? op.comm : nullptr;
+    ncclComm* key = op.comm->route != Route::Real ? op.comm : nullptr;
     Batch* b = nullptr;
     for (Batch& x : batches)
       if (x.comm == key) b = &x;

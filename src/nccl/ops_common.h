@@ -59,9 +59,12 @@ ncclResult_t with_real_op(ncclComm* c, ncclComm_t rc, ncclRedOp_t op, const nccl
 // a rank's sends and receives that depend on each other.
 template <class F>
 ncclResult_t forward(ncclComm* c, const char* what, ncclRedOp_t op, F call, OpKind kind = OpKind::Collective) {
-  say(c, what, c->route == Route::Real ? "real NCCL (communicator routed there)" : "real NCCL (forwarded)");
+  say(c, what,
+      c->route == Route::Real   ? "real NCCL (communicator routed there)"
+      : c->route == Route::Hier ? "real NCCL (whole on the world communicator between nodes: a type or op peerlink does not run)"
+                                : "real NCCL (forwarded)");
   std::shared_ptr<const ncclComm::PreMul> pm = premul_of(c, op);
-  if (c->route == Route::Peerlink && op >= ncclNumOps && !pm)
+  if (c->route != Route::Real && op >= ncclNumOps && !pm)
     return bad(what, "reduction op " + std::to_string(static_cast<int>(op)) + " is not one of this communicator's");
   Op o;
   o.comm = c;
@@ -111,6 +114,13 @@ ncclResult_t on_peerlink(ncclComm* c, const char* what, OpKind kind, void* strea
   return submit(peerlink_op(c, what, kind, stream, call));
 }
 
+// A call of a multi-node communicator (peerlink::HierCommunicator), which returns the path it
+// took: said at INFO once per op and path, like every other path.
+template <class F>
+ncclResult_t on_hier(ncclComm* c, const char* what, void* stream, F call) {
+  return on_peerlink(c, what, OpKind::Collective, stream, [=] { say(c, what, call()); });
+}
+
 // ncclAllGather / ncclAlltoAll: send/recv instead of the collective for blocks of `block` bytes per
 // peer (Options::nccl_p2p_plan_min), unless both buffers are in registered windows or the call is
 // being captured and the collective will register its buffer itself (Options::coll_graph_register).
@@ -131,5 +141,7 @@ void group_copy(ncclComm* c, void* dst, const void* src, size_t bytes, void* str
 void p2p_send(ncclComm* c, int peer, const void* buf, size_t bytes, void* stream);
 void p2p_recv(ncclComm* c, int peer, void* buf, size_t bytes, void* stream);
 bool overlap(const void* a, const void* b, size_t bytes);
+// A multi-node communicator's peer on this rank's node.
+inline bool same_node(const ncclComm* c, int peer) { return c->hier->map().node_of(peer) == c->hier->map().node_of(c->rank); }
 
 }  // namespace peerlink::nccl

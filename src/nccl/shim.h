@@ -1,6 +1,7 @@
 // The NCCL-compatible library (libnccl.so.2): NCCL's C API on peerlink for communicators whose ranks
-// are all on this node, on the real NCCL (dlopen, real_nccl.h) for every other communicator and for
-// whatever peerlink does not implement. Top layer: it uses peerlink's public API only
+// are all on one node, on peerlink inside each node and the real NCCL between nodes for
+// communicators that span nodes (peerlink::HierCommunicator, hier_glue.h), on the real NCCL (dlopen,
+// real_nccl.h) for communicators of real NCCL ids and for whatever peerlink does not implement. Top layer: it uses peerlink's public API only
 // (include/peerlink/*.h) and links libpeerlink.so, which exports nothing else.
 //
 // Handles: ncclComm_t points to our `ncclComm` (below), never to a real NCCL communicator; a routed
@@ -42,7 +43,9 @@ struct Log {
 };
 void log_line(const char* level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
-enum class Route { Peerlink, Real };
+// Peerlink: one node, `pl`. Hier: several nodes, `hier` (its world engine's real communicator
+// serves what is forwarded). Real: the real NCCL's communicator `real`.
+enum class Route { Peerlink, Real, Hier };
 
 }  // namespace peerlink::nccl
 
@@ -56,6 +59,7 @@ struct ncclComm {
   peerlink::nccl::Log log;
   std::string pl_id;  // peerlink unique id (Route::Peerlink): children of ncclCommSplit derive theirs
   std::unique_ptr<peerlink::Communicator> pl;
+  std::unique_ptr<peerlink::HierCommunicator> hier;  // Route::Hier
   // The real NCCL communicator: the communicator itself on Route::Real, created lazily on the first
   // forwarded op on Route::Peerlink (real_mu guards that creation).
   ncclComm_t real = nullptr;

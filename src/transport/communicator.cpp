@@ -1,13 +1,49 @@
 // The public Communicator: a thin forwarder to CommImpl.
 #include "peerlink/communicator.h"
 
+#include "bootstrap/host_identity.h"
+#include "common/format.h"
+#include "peerlink/errors.h"
 #include "transport/comm_impl.h"
 #include "transport/stream_p2p.h"
 
 namespace peerlink {
+namespace {
+
+// A Communicator is one node's (its ranks meet through this machine's shared memory). An id from
+// make_unique_id names the node it was made on, so a rank elsewhere fails here at once instead of
+// waiting out the rendezvous; a rendezvous that times out says what a missing rank may mean.
+std::unique_ptr<detail::CommImpl> make_impl(std::string unique_id, int rank, int world_size, int device,
+                                            Options opts) {
+  uint64_t maker = 0;
+  std::string maker_name;
+  if (bootstrap::parse_node_unique_id(unique_id, &maker, &maker_name)) {
+    bootstrap::HostIdentity me = bootstrap::host_identity(opts.host_id);
+    if (me.node != maker)
+      throw InvalidArgument(common::format(
+          "Communicator: rank {} runs on host '{}' (node {:016x}) but the unique id '{}' was made on host '{}' "
+          "(node {:016x}): a Communicator's ranks share one node (across nodes use libnccl.so.2 or "
+          "peerlink::HierCommunicator, docs/multi-node.md)",
+          rank, me.name, me.node, unique_id, maker_name, maker));
+  }
+  try {
+    return std::make_unique<detail::CommImpl>(std::move(unique_id), rank, world_size, device, std::move(opts));
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(common::format(
+        "{} (a Communicator spans one node: ranks on other hosts cannot join it; across nodes use "
+        "libnccl.so.2 or peerlink::HierCommunicator, docs/multi-node.md)",
+        e.what()));
+  }
+}
+
+}  // namespace
+
+std::string make_unique_id(const Options& opts) {
+  return bootstrap::make_node_unique_id(bootstrap::host_identity(opts.host_id));
+}
 
 Communicator::Communicator(std::string unique_id, int rank, int world_size, int device, Options opts)
-    : impl_(std::make_unique<detail::CommImpl>(std::move(unique_id), rank, world_size, device, std::move(opts))) {}
+    : impl_(make_impl(std::move(unique_id), rank, world_size, device, std::move(opts))) {}
 Communicator::~Communicator() = default;
 
 int Communicator::rank() const { return impl_->rank(); }

@@ -174,7 +174,10 @@ TEST(NcclApi, RoutingForeignIdsGoToRealNccl) {
   ncclComm_t c = nullptr;
   EXPECT_EQ(ncclCommInitRank(&c, 2, foreign, 0), ncclInvalidUsage);
   EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("real NCCL"), std::string::npos);
+  // An id of an older library (no rendezvous address, flag bit 1 of byte 96 clear: unique_id.h) made
+  // on another host: its host field routes it.
   ncclUniqueId other_host = new_id();
+  other_host.internal[96] &= ~2;
   for (int i = 72; i < 80; ++i) other_host.internal[i] ^= 0x5a;  // host identity field (unique_id.h)
   EXPECT_EQ(ncclCommInitRank(&c, 2, other_host, 1), ncclInvalidUsage);
   EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("another host"), std::string::npos);
