@@ -3,11 +3,20 @@
 // as one rank of a launcher (PEERLINK_RANK / PEERLINK_WORLD_SIZE / PEERLINK_UNIQUE_ID or flags).
 //   bench_transport -b 8 -e 64M -f 2 -n 100 -w 10 --mode latency --transport direct
 //   bench_transport --demo        (what `make run` shows)
+// Latency mode also measures, between the same two ranks and after each size, the raw anchors of
+// common/anchors.h (a shared-memory flag ping-pong, the floor; a pipe ping-pong, kernel wake-ups)
+// and prints peerlink's p50 as a multiple of each.
+#include <sched.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "common/anchors.h"
 #include "common/cli.h"
 #include "common/launch.h"
 #include "common/p2p_engine.h"
@@ -31,6 +40,8 @@ struct Config {
   bool graph = false;   // -G: stream mode, timed inside a CUDA graph
   bool nccl = true;
   bool threads = false;  // --threads: both ranks in one process (one forked child), one thread each
+  bool anchors = true;   // --anchors 0: latency mode without the raw anchors
+  std::vector<int> cpus;  // --cpus C0,C1: rank r runs on CPU cpus[r] (empty: wherever the kernel puts it)
   // Stream-mode knobs (Options::stream_*; -1 = PEERLINK_STREAM_* or the library default).
   long long ll_max = -1, ce_min = -1, ce_lanes = -1, acquire = -1, pdl = -1, blocks = -1;
 };
@@ -39,13 +50,18 @@ const char* kUsage =
     "usage: bench_transport [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]\n"
     "  [--mode latency|bandwidth|bidir|stream] [-G 0|1] [--no-nccl] [--transport auto|direct|relay] [--completion auto|done_seq|ring]\n"
     "  [--gpus D0,D1] [--window N] [--json FILE] [--csv FILE] [--verify-full BYTES] [--timeout-ms MS]\n"
-    "  [--time-limit S] [--rank R --world N --uid ID] [--threads] [--demo] [--inject-error (test hook)]\n"
+    "  [--time-limit S] [--rank R --world N --uid ID] [--threads] [--anchors 0|1] [--cpus C0,C1] [--demo]\n"
+    "  [--inject-error (test hook)]\n"
     "  stream knobs: [--ll-max BYTES] [--ce-min BYTES] [--ce-lanes N] [--acquire-load 0|1] [--pdl 0|1]\n"
     "                [--stream-blocks N]  (Options::stream_*; default: PEERLINK_STREAM_* or the library's)\n"
     "Sizes take K/M/G suffixes. Devices: default GPUs 0,1 (0,0 with one GPU), else host backend -1.\n"
     "--threads: both ranks as two threads of one process. On one GPU that is the single-GPU proxy of a\n"
     "pair (the kernels of both ranks run at once, as on two GPUs; two processes on one GPU time-slice),\n"
-    "without NVLink: use it to compare settings, not as a 2-GPU number. NCCL columns need two GPUs there.\n";
+    "without NVLink: use it to compare settings, not as a 2-GPU number. NCCL columns need two GPUs there.\n"
+    "--anchors (latency mode, default 1): after each size up to 1 MB, a shared-memory flag ping-pong (the\n"
+    "floor) and a pipe ping-pong (kernel wake-ups) between the same two ranks, with peerlink's p50 as a\n"
+    "multiple of each (x flag, x pipe).\n"
+    "--cpus C0,C1: pins rank r (its process, or its thread with --threads) to CPU Cr (one core each).\n";
 
 Config parse(int argc, char** argv) {
   Config c;
@@ -80,6 +96,8 @@ Config parse(int argc, char** argv) {
     else if (a.flag("-G", "--cudagraph")) c.graph = bench::parse_int("-G", a.value(), 0, 1 << 20) > 0;
     else if (a.flag("--no-nccl")) c.nccl = false;
     else if (a.flag("--threads")) c.threads = true;
+    else if (a.flag("--anchors")) c.anchors = bench::parse_int("--anchors", a.value(), 0, 1) != 0;
+    else if (a.flag("--cpus")) c.cpus = bench::parse_int_list("--cpus", a.value());
     else if (a.flag("--ll-max")) c.ll_max = static_cast<long long>(bench::parse_size(a.value()));
     else if (a.flag("--ce-min")) c.ce_min = static_cast<long long>(bench::parse_size(a.value()));
     else if (a.flag("--ce-lanes")) c.ce_lanes = bench::parse_int("--ce-lanes", a.value(), 1, 4);
@@ -106,6 +124,7 @@ Config parse(int argc, char** argv) {
   }
   c.id.validate();
   if (c.threads && c.id.launched()) throw bench::UsageError("--threads runs both ranks itself: not with a launcher's rank");
+  if (!c.cpus.empty() && c.cpus.size() != 2) throw bench::UsageError("--cpus needs two CPUs (one per rank)");
   if (c.id.launched() && c.id.world_size != 2)
     throw bench::UsageError("bench_transport measures one pair: world size must be 2, got " +
                             std::to_string(c.id.world_size));
@@ -131,8 +150,38 @@ peerlink::Options make_options(const Config& c) {
   return o;
 }
 
+// Sizes above this run no anchors: they measure copy bandwidth there, not wake-ups.
+constexpr size_t kAnchorMaxBytes = size_t(1) << 20;
+
+// What `make run` says first: which backend ran, on how many cores (and how loaded they were), and
+// where the GPU numbers are.
+void print_demo_header(int device) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : int(sysconf(_SC_NPROCESSORS_ONLN));
+  double load[1] = {0};
+  const bool have_load = getloadavg(load, 1) == 1;
+  if (device < 0)
+    std::printf("# peerlink demo: host backend (device -1: POSIX shared memory between the 2 processes%s)\n",
+                peerlink::device::count() > 0 ? "" : "; no GPU found");
+  else
+    std::printf("# peerlink demo: %s backend, GPU %d and its peer, 2 processes\n", peerlink::device::runtime_name(), device);
+  std::printf("# machine: %d CPU core%s available", cores, cores == 1 ? "" : "s");
+  if (have_load) std::printf(", load average %.2f", load[0]);
+  std::printf("; a loaded machine slows the host backend (compare the flag and pipe anchors of the same run)\n");
+  std::printf("# GPU numbers (H200, NVLink): docs/performance.md\n");
+}
+
 // One rank's whole run; rank 0 prints and writes the results. Returns the exit code.
 int run_rank(const Config& c, const std::string& uid, int rank, int device) {
+  if (!c.cpus.empty()) {  // before the communicator: its workers inherit the mask
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(c.cpus[size_t(rank)], &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0)
+      throw bench::UsageError("--cpus: cannot run rank " + std::to_string(rank) + " on CPU " +
+                              std::to_string(c.cpus[size_t(rank)]));
+  }
   peerlink::Communicator comm(uid, rank, 2, device, make_options(c));
   if (c.stream) {
     bench::StreamBenchConfig sc;
@@ -153,7 +202,22 @@ int run_rank(const Config& c, const std::string& uid, int rank, int device) {
     bench::PairEngine engine(comm, c.engine);
     path = peerlink::to_string(comm.path_to(1 - rank));
     completion = peerlink::to_string(comm.completion_with(1 - rank));
-    rows = engine.run();
+    if (c.engine.mode == bench::Mode::Latency && c.anchors) {
+      // Interleaved per size, so a load change on a shared machine shows in both columns.
+      const size_t max_size = *std::max_element(c.engine.sizes.begin(), c.engine.sizes.end());
+      bench::RawAnchors anchors(comm, uid, std::min(max_size, kAnchorMaxBytes));
+      for (size_t s : c.engine.sizes) {
+        bench::SizeResult r = engine.run_one(s);
+        if (s <= anchors.max_bytes()) {
+          r.flag_p50_us = anchors.flag_p50(s, c.engine.iters, c.engine.warmup);
+          r.pipe_p50_us = anchors.pipe_p50(s, c.engine.iters, c.engine.warmup);
+        }
+        rows.push_back(r);
+      }
+      engine.finish();
+    } else {
+      rows = engine.run();
+    }
   }
   if (rank != 0) return 0;
   std::vector<int> devs = c.gpus;
@@ -168,13 +232,20 @@ int run_rank(const Config& c, const std::string& uid, int rank, int device) {
       {"iters", std::to_string(c.engine.iters)},
       {"warmup", std::to_string(c.engine.warmup)},
       {"window", std::to_string(c.engine.mode == bench::Mode::Latency ? 1 : c.engine.window)},
+      {"anchors", bench::any_anchors(rows) ? "flag,pipe" : "none"},
+      {"cpus", c.cpus.empty() ? "unpinned" : std::to_string(c.cpus[0]) + "," + std::to_string(c.cpus[1])},
   };
+  if (c.demo) print_demo_header(device);
   std::printf("# bench_transport mode=%s transport=%s (requested %s) completion=%s (requested %s) "
-              "device(rank0)=%d iters=%d warmup=%d\n",
+              "device(rank0)=%d iters=%d warmup=%d cpus=%s\n",
               bench::to_string(c.engine.mode), path.c_str(), c.transport.c_str(), completion.c_str(),
-              c.completion.c_str(), device, c.engine.iters, c.engine.warmup);
+              c.completion.c_str(), device, c.engine.iters, c.engine.warmup,
+              c.cpus.empty() ? "unpinned" : (std::to_string(c.cpus[0]) + "," + std::to_string(c.cpus[1])).c_str());
   if (c.engine.mode == bench::Mode::Latency)
-    std::printf("# latency: one-way = ping-pong round trip / 2; GB/s = size / p50 one-way\n");
+    std::printf("# latency: one-way = ping-pong round trip / 2; GB/s = size / p50 one-way%s\n",
+                bench::any_anchors(rows) ? "; flag / pipe: the same ping-pong as a shared-memory flag / through "
+                                           "a pipe between the same processes; x: peerlink p50 / anchor p50"
+                                         : "");
   else
     std::printf("# %s: us per message (iteration / window); GB/s = bytes moved / p50 iteration time\n",
                 bench::to_string(c.engine.mode));

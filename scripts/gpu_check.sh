@@ -3,7 +3,7 @@
 # (two processes on one GPU, and one process per GPU when there are two or more), then whatever
 # GPU steps the other parts provide. Everything goes under $OUT: a summary log plus one tarball
 # (the device tool returns at most 8 files).
-#   STEPS="build pyquick contract quick arvariants arbench lat stream colls fused topo bench coll nccl multinode py torch" (default:
+#   STEPS="build pyquick contract quick hostlat arvariants arbench lat stream colls fused topo bench coll nccl multinode py torch" (default:
 #   build contract stream colls vmm topo bench coll py); steps run in that order. DEADLINE=S skips steps after S seconds.
 set -u
 OUT=${OUT:-/tmp/peerlink-gpu-out}
@@ -61,6 +61,14 @@ if has quick; then  # a short latency / bandwidth probe of the transport (stripi
   PEERLINK_STRIPE_STREAMS=1 run_step bw_stripe1 90 $B --mode bandwidth --transport direct -b 64M -e 1G -f 4 -n 20 -w 3
   PEERLINK_STRIPE_STREAMS=2 run_step bw_stripe2 90 $B --mode bandwidth --transport direct -b 64M -e 1G -f 4 -n 20 -w 3
   PEERLINK_STRIPE_STREAMS=4 run_step bw_stripe4 90 $B --mode bandwidth --transport direct -b 64M -e 1G -f 4 -n 20 -w 3
+fi
+if has hostlat; then  # host-API send -> irecv latency, two processes on one GPU, with the raw anchors; the transport's gtests
+  B=$BUILD/bin/bench_transport
+  for c in done_seq ring; do
+    run_step hostlat_$c 180 $B --gpus 0,0 --mode latency --transport direct --completion $c -b 8 -e 4K -f 8 -n 2000 -w 100 \
+      --json "$R/hostlat_$c.json"
+  done
+  PEERLINK_TEST_DEVICES=0,0 run_step hostlat_gtest 400 $T --gtest_filter='*Contract*:*Mp*'
 fi
 if has arvariants; then  # allreduce tuning knobs, one bench_allreduce --algo sweep per setting
   run_step sweep_build 120 make BACKEND=cuda BUILD=$BUILD -j16 $BUILD/bin/bench_allreduce

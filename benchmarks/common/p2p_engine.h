@@ -90,10 +90,14 @@ class PairEngine {
   // carry timings and the #wrong of both ranks.
   std::vector<SizeResult> run() {
     std::vector<SizeResult> out;
-    for (size_t s : cfg_.sizes) out.push_back(run_size(s));
-    comm_.barrier();
+    for (size_t s : cfg_.sizes) out.push_back(run_one(s));
+    finish();
     return out;
   }
+  // The same, one size at a time, for callers that measure something else between sizes (the raw
+  // anchors of bench_transport's latency mode): run_one per size, then finish() once.
+  SizeResult run_one(size_t size) { return run_size(size); }
+  void finish() { comm_.barrier(); }
 
  private:
   static uint64_t seed_of(int rank) { return 0x5eed0000ull + static_cast<uint64_t>(rank) * 7919; }

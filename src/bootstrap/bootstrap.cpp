@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "bootstrap/records.h"
+#include "common/format.h"
 #include "common/interrupt.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
@@ -46,8 +47,11 @@ Bootstrap::Bootstrap(const std::string& unique_id, int rank, int world_size, std
   try {
     wait_all_joined(timeout);
   } catch (...) {
-    leave();  // a failed rendezvous must not leave its segment (the destructor will not run)
-    seg_.unlink();
+    // A failed rendezvous must not leave its segment (the destructor will not run), unless it
+    // failed for good while a rank has yet to arrive: then the segment, unowned once we are gone,
+    // tells that rank why (check_failed_run), and the last such rank removes it.
+    leave();
+    if (!awaits_late_ranks()) seg_.unlink();
     throw;
   }
 }
@@ -86,15 +90,24 @@ common::Segment Bootstrap::acquire_rendezvous(const std::string& name) {
     struct stat now {};
     return ::stat(path.c_str(), &now) == 0 && now.st_ino == st.st_ino;
   };
-  // Nobody holds it: no live process belongs to this rendezvous (a crashed or abandoned run, or a
-  // corrupt file). Whatever its header says, it is stale; remove it and create a fresh one.
+  // Nobody holds it: no live process belongs to this rendezvous (a crashed, abandoned or failed
+  // run, or a corrupt file). Unless it records the failure of the run this rank is late for, it is
+  // stale: remove it and create a fresh one.
   if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
     if (named_here()) {
+      common::Segment held;  // owns fd (and our exclusive lock) once adopted
+      try {
+        held = common::Segment::adopt_fd(fd, name);
+        fd = -1;
+      } catch (const Error&) {
+        // Not a valid segment: stale whatever it holds.
+      }
+      if (held.valid()) check_failed_run(held);
       common::log_line(LogLevel::Warn, LogLevel::Warn,
                        cat("rank ", rank_, ": replacing stale rendezvous segment ", name, " (no live rank holds it)"));
       ::unlink(path.c_str());
     }
-    ::close(fd);
+    if (fd >= 0) ::close(fd);
     return common::Segment();
   }
   // Held by a live rank: join it. LOCK_SH fails only while a replacer holds LOCK_EX (then the
@@ -112,12 +125,52 @@ common::Segment Bootstrap::acquire_rendezvous(const std::string& name) {
   }
 }
 
-// Claims this rank's slot. False (with *why_wait set) when the slot is held by a process that died
-// or is still being claimed: its rendezvous is failing and will be abandoned, so look again later.
-bool Bootstrap::claim_slot(BootLayout* l, std::string* why_wait) {
+void Bootstrap::check_failed_run(common::Segment& seg) {
+  if (seg.payload_bytes() != sizeof(BootLayout)) return;
+  auto* l = static_cast<BootLayout*>(seg.payload());
+  FailureView f;
+  try {
+    check_layout_header(l, sizeof(BootLayout), world_, kLayoutVersion);
+    f = parse_failure(&l->failure, sizeof(FailureRecord), world_);
+  } catch (const Error&) {
+    return;  // another layout, another world size or a corrupt record: stale
+  }
+  if (!f.recorded()) return;
   RankSlot& mine = l->slots[rank_];
-  uint32_t expected = kEmpty;
-  if (!mine.state.compare_exchange_strong(expected, kJoining, std::memory_order_acq_rel)) {
+  if (mine.state.load(std::memory_order_acquire) != kEmpty) return;  // this rank took part: a rerun
+  const common::ProcId me = common::self_proc_id();
+  if (me.start_time == 0 || me.start_time > f.when_ticks) return;  // started after the failure: a rerun
+  // A late rank of the failed run. It counts as arrived and gone, so a rerun of this rank later
+  // finds the slot taken and replaces the segment; the last late rank removes the name.
+  mine.pid = me.pid;
+  mine.start_time = me.start_time;
+  mine.state.store(kLeft, std::memory_order_release);
+  bool more_late = false;
+  for (int r = 0; r < world_; ++r) more_late |= l->slots[r].state.load(std::memory_order_acquire) == kEmpty;
+  if (!more_late) seg.unlink();
+  throw PeerLostError(common::format(
+      "rank {}: the rendezvous of this unique id already failed before this rank arrived: rank {} (pid {}) died "
+      "during rendezvous (seen by rank {}); start the job again",
+      rank_, f.dead_rank, f.dead_pid, f.seen_by));
+}
+
+// Claims this rank's slot. False (with *why_wait set) when the slot is held by a process that died
+// or gave up: its rendezvous is failing and will be abandoned, so look again later.
+bool Bootstrap::claim_slot(BootLayout* l, Clock::time_point deadline, common::InterruptPoll& interrupt,
+                           std::string* why_wait) {
+  RankSlot& mine = l->slots[rank_];
+  for (int iter = 0;; ++iter) {
+    uint32_t expected = kEmpty;
+    if (mine.state.compare_exchange_strong(expected, kJoining, std::memory_order_acq_rel)) break;
+    if (expected == kJoining && Clock::now() < deadline) {
+      // Another process is between its claim and its pid store (microseconds, unless it is
+      // preempted). Wait for it holding the segment: letting go, the job could form and remove the
+      // name before we looked again, and this rank would time out in a fresh rendezvous instead of
+      // learning that its rank is taken.
+      interrupt.poll();
+      backoff(iter);
+      continue;
+    }
     if (expected == kJoined && common::process_alive({mine.pid, mine.start_time}))
       throw InvalidArgument(cat("rank ", rank_, " of this unique id is already taken by live pid ", mine.pid,
                                 " (two processes with the same rank, or two jobs with the same unique id at once?)"));
@@ -150,7 +203,7 @@ void Bootstrap::join(std::chrono::milliseconds timeout) {
                       sizeof(BootLayout), " (another peerlink version?)"));
     auto* l = static_cast<BootLayout*>(seg.payload());
     check_layout_header(l, sizeof(BootLayout), world_, kLayoutVersion);
-    if (!claim_slot(l, &why_wait)) {  // drops our hold: the failing run can then go away
+    if (!claim_slot(l, deadline, interrupt, &why_wait)) {  // drops our hold: the failing run can then go away
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
       continue;
     }
@@ -171,6 +224,11 @@ void Bootstrap::wait_all_joined(std::chrono::milliseconds timeout) {
   auto next_liveness = Clock::now() + kLivenessInterval;
   common::InterruptPoll interrupt(interrupt_check_);
   for (int iter = 0;; ++iter) {
+    // Another rank saw the rendezvous fail for good: no reason to wait for the liveness check.
+    const FailureView failed = parse_failure(&layout_->failure, sizeof(FailureRecord), world_);
+    if (failed.recorded())
+      throw PeerLostError(common::format("rank {} (pid {}) died during rendezvous (seen by rank {})", failed.dead_rank,
+                                         failed.dead_pid, failed.seen_by));
     std::vector<int> missing, gave_up;
     const bool check_alive = Clock::now() >= next_liveness;
     if (check_alive) next_liveness = Clock::now() + kLivenessInterval;
@@ -184,7 +242,7 @@ void Bootstrap::wait_all_joined(std::chrono::milliseconds timeout) {
       } else if (st != kJoined && st != kLeft) {
         throw Error(cat("rendezvous: rank ", r, "'s slot has invalid state ", st, " (corrupted segment)"));
       } else if (r != rank_ && check_alive && !common::process_alive({s.pid, s.start_time})) {
-        throw PeerLostError(cat("rank ", r, " (pid ", s.pid, ") died during rendezvous"));
+        rendezvous_peer_lost(r);
       }
     }
     if (missing.empty() && gave_up.empty()) {
@@ -200,6 +258,27 @@ void Bootstrap::wait_all_joined(std::chrono::milliseconds timeout) {
                              gave_up.empty() ? "" : "; ranks that arrived and gave up: " + missing_ranks(gave_up)));
     backoff(iter);
   }
+}
+
+void Bootstrap::rendezvous_peer_lost(int r) {
+  const RankSlot& s = layout_->slots[r];
+  FailureRecord& f = layout_->failure;
+  uint32_t none = kNoFailure;
+  if (f.state.compare_exchange_strong(none, kFailureRecording, std::memory_order_acq_rel)) {
+    f.dead_rank = r;
+    f.dead_pid = s.pid;
+    f.seen_by = rank_;
+    f.when_ticks = common::ticks_since_boot();
+    f.state.store(kFailureRecorded, std::memory_order_release);
+  }
+  throw PeerLostError(common::format("rank {} (pid {}) died during rendezvous", r, s.pid));
+}
+
+bool Bootstrap::awaits_late_ranks() const {
+  if (!layout_ || layout_->failure.state.load(std::memory_order_acquire) != kFailureRecorded) return false;
+  for (int r = 0; r < world_; ++r)
+    if (layout_->slots[r].state.load(std::memory_order_acquire) == kEmpty) return true;
+  return false;
 }
 
 bool Bootstrap::peer_left(int r) const {

@@ -8,7 +8,14 @@
 // the kernel drops it when a process dies. A segment nobody holds belongs to no live rank and is
 // replaced; one that is held is joined, whoever created it and whether or not its creator is
 // still there. A rank slot is claimed with a compare-and-swap; a second live claimant of a rank
-// gets InvalidArgument, so a job never splits across two segments.
+// gets InvalidArgument, so a job never splits across two segments. The name stays while the job
+// lives (a duplicate arriving late still meets it) and goes when its first rank leaves.
+//
+// A rendezvous that fails for good (a rank died before every rank joined) records why in the
+// segment and, while some rank has not arrived yet, leaves it behind unowned: a rank of that run
+// arriving later fails at once with PeerLostError naming the dead rank, instead of waiting out its
+// timeout in a fresh rendezvous. A process started after the failure is a rerun of the id, not a
+// late rank of the failed run: for it the segment is stale and replaced, as after a crash.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -18,6 +25,7 @@
 #include <vector>
 
 #include "common/futex.h"
+#include "common/interrupt.h"
 #include "common/proc.h"
 #include "common/shm_segment.h"
 #include "shm/spsc_ring.h"
@@ -27,8 +35,9 @@ namespace peerlink::bootstrap {
 constexpr int kMaxRanks = 64;
 constexpr size_t kAllgatherBytes = 1024;
 // BootLayout's version, checked by every joiner. 2: flock ownership, kJoining; 3: liveness-only
-// slots, no transport fields (doorbells, pair decisions, join data live in the transport's segment).
-constexpr uint32_t kLayoutVersion = 3;
+// slots, no transport fields (doorbells, pair decisions, join data live in the transport's segment);
+// 4: FailureRecord in the header line.
+constexpr uint32_t kLayoutVersion = 4;
 
 // kJoining: claimed by CAS, pid/start time being written; kJoined once they are.
 enum SlotState : uint32_t { kEmpty = 0, kJoined = 1, kLeft = 2, kJoining = 3 };
@@ -41,11 +50,25 @@ struct alignas(64) RankSlot {
 };
 static_assert(sizeof(RankSlot) == 64, "one cache line per rank slot");
 
+// Why a rendezvous failed, written once by the first rank that saw it (state kFailureRecording while
+// the fields are written, then kFailureRecorded). when_ticks: clock ticks since boot, the unit of a
+// process's start time (common::ProcId), so a late rank can tell whether it belongs to that run.
+enum FailureState : uint32_t { kNoFailure = 0, kFailureRecording = 1, kFailureRecorded = 2 };
+struct FailureRecord {
+  std::atomic<uint32_t> state;
+  int32_t dead_rank;
+  int32_t dead_pid;
+  int32_t seen_by;
+  uint64_t when_ticks;
+};
+static_assert(sizeof(FailureRecord) == 24, "the failure record fits the header line");
+
 struct BootLayout {
   uint32_t world_size;
   uint32_t layout_version;
   uint64_t nonce;
-  char pad[48];
+  FailureRecord failure;
+  char pad[24];
   RankSlot slots[kMaxRanks];
   common::Doorbell barrier_bell[kMaxRanks];  // rung on barrier arrival and leave
   // Layers above exchange their own per-rank data (the transport's join record, the collectives'
@@ -75,7 +98,8 @@ class Bootstrap {
   // or what the interruption hook throws (then interrupted() is true; callers check it first).
   void barrier(std::chrono::milliseconds timeout);
   void allgather(const void* mine, size_t bytes, void* all, std::chrono::milliseconds timeout);
-  // Unlinks the rendezvous name once everyone has mapped it (new jobs with the same id start clean).
+  // Unlinks the rendezvous name (new jobs with the same id start clean). Only while the name still
+  // refers to this job's segment.
   void unlink_name() { seg_.unlink(); }
   // Alive and not left.
   bool peer_alive(int r) const;
@@ -97,7 +121,15 @@ class Bootstrap {
  private:
   void join(std::chrono::milliseconds timeout);
   common::Segment acquire_rendezvous(const std::string& name);
-  bool claim_slot(BootLayout* l, std::string* why_wait);
+  // An unowned rendezvous segment (held here exclusively): throws PeerLostError when it records a
+  // failure of the run this process belongs to; returns when it is merely stale.
+  void check_failed_run(common::Segment& seg);
+  bool claim_slot(BootLayout* l, std::chrono::steady_clock::time_point deadline, common::InterruptPoll& interrupt,
+                  std::string* why_wait);
+  // Records (once) that rank r died before every rank joined, then throws PeerLostError.
+  [[noreturn]] void rendezvous_peer_lost(int r);
+  // True when the rendezvous failed and a rank has not arrived yet (the segment must stay for it).
+  bool awaits_late_ranks() const;
   void mark_out_of_step(int reason);
   [[noreturn]] void barrier_peer_lost(int r);
   void wait_all_joined(std::chrono::milliseconds timeout);

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "bootstrap/bootstrap.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 
@@ -25,6 +26,30 @@ SlotRecord parse_slot(const void* bytes, size_t n, int rank, int world_size) {
   if ((r.state == kJoined || r.state == kLeft) && r.pid <= 0)
     throw Error(cat("slot of rank ", rank, ": ", r.state == kJoined ? "joined" : "left", " with invalid pid ", r.pid));
   return r;
+}
+
+bool FailureView::recorded() const { return state == kFailureRecorded; }
+
+FailureView parse_failure(const void* bytes, size_t n, int world_size) {
+  if (n < sizeof(FailureRecord))
+    throw Error(common::format("rendezvous failure record: {} bytes, need {}", n, sizeof(FailureRecord)));
+  if (world_size < 1 || world_size > kMaxRanks)
+    throw InvalidArgument(common::format("parse_failure: world size {} out of range", world_size));
+  const auto* f = static_cast<const FailureRecord*>(bytes);
+  FailureView v;
+  v.state = f->state.load(std::memory_order_acquire);
+  std::memcpy(&v.dead_rank, &f->dead_rank, sizeof v.dead_rank);
+  std::memcpy(&v.dead_pid, &f->dead_pid, sizeof v.dead_pid);
+  std::memcpy(&v.seen_by, &f->seen_by, sizeof v.seen_by);
+  std::memcpy(&v.when_ticks, &f->when_ticks, sizeof v.when_ticks);
+  if (v.state != kNoFailure && v.state != kFailureRecording && v.state != kFailureRecorded)
+    throw Error(common::format("rendezvous failure record: invalid state {} (corrupted rendezvous segment)", v.state));
+  if (v.recorded() && (v.dead_rank < 0 || v.dead_rank >= world_size || v.seen_by < 0 || v.seen_by >= world_size ||
+                       v.seen_by == v.dead_rank || v.dead_pid <= 0))
+    throw Error(common::format("rendezvous failure record: dead rank {} (pid {}) seen by rank {} is invalid in a "
+                               "world of {} (corrupted rendezvous segment)",
+                               v.dead_rank, v.dead_pid, v.seen_by, world_size));
+  return v;
 }
 
 void check_layout_header(const void* bytes, size_t n, int world_size, uint32_t layout_version) {

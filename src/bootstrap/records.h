@@ -19,6 +19,19 @@ struct SlotRecord {
 };
 SlotRecord parse_slot(const void* bytes, size_t n, int rank, int world_size);
 
+// A copy of the rendezvous' failure record (FailureRecord bytes), checked: known state; a recorded
+// failure names a dead rank and the rank that saw it, both in [0, world_size) and different, and a
+// positive pid.
+struct FailureView {
+  uint32_t state = 0;
+  int32_t dead_rank = -1;
+  int32_t dead_pid = 0;
+  int32_t seen_by = -1;
+  uint64_t when_ticks = 0;
+  bool recorded() const;
+};
+FailureView parse_failure(const void* bytes, size_t n, int world_size);
+
 // Checks the rendezvous layout's header words (world size, layout version) of `n` bytes.
 void check_layout_header(const void* bytes, size_t n, int world_size, uint32_t layout_version);
 

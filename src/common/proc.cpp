@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 namespace peerlink::common {
@@ -45,6 +46,13 @@ bool process_alive(const ProcId& id) {
   if (id.pid <= 0) return false;
   uint64_t st = process_start_time(id.pid);
   return st != 0 && st == id.start_time;
+}
+
+uint64_t ticks_since_boot() {
+  struct timespec ts {};
+  clock_gettime(CLOCK_BOOTTIME, &ts);
+  const uint64_t hz = static_cast<uint64_t>(sysconf(_SC_CLK_TCK));
+  return static_cast<uint64_t>(ts.tv_sec) * hz + static_cast<uint64_t>(ts.tv_nsec) / (1000000000ULL / hz);
 }
 
 }  // namespace peerlink::common

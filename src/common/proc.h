@@ -16,5 +16,7 @@ uint64_t process_start_time(pid_t pid);
 ProcId self_proc_id();
 // True while the process identified by id runs (not exited, not a zombie, pid not reused).
 bool process_alive(const ProcId& id);
+// Now, in the unit of ProcId::start_time (clock ticks since boot, CLOCK_BOOTTIME as /proc uses).
+uint64_t ticks_since_boot();
 
 }  // namespace peerlink::common

@@ -37,6 +37,7 @@ class HandshakeResponder {
   void on_rts(const shm::RingMsg& m) { rts_[m.seq] = m; }
   // Answers every RTS whose irecv is posted; fails that irecv when the request does not match it.
   bool answer(std::deque<RecvOp>& recvs, Publications& pubs);
+  bool pending() const { return !rts_.empty(); }  // RTSs waiting for their irecv
 
  private:
   PairEnv& env_;

@@ -75,20 +75,36 @@ struct PostedRecv {
   uint64_t len;
 };
 
+// Whether the other side of a pair has a thread waiting on it right now (PairView's *_waiting):
+// then what was just published goes to that thread (it polls, or sleeps on its rank's wait bell),
+// not to the side's worker. A read-modify-write, not a load: it is ordered after the publication
+// made just before it against the waiter's decrement, so either this sees the waiter, or the
+// waiter's last poll after its decrement sees the publication. A peer that lies here only delays
+// its own completions.
+inline bool peer_waiting(shm::PaddedCounter* c) { return c->value.fetch_add(0, std::memory_order_seq_cst) != 0; }
+
+// The pair segment (s -> r). Header lines: consumed (r: descriptor credit), credit_wanted (s: it
+// waits for credit; r rings s's send bell only then), recv_waiting (r: threads waiting on irecvs
+// from s that complete arrivals themselves), send_waiting (s: threads waiting on sends to r that
+// take the replies themselves).
 struct PairView {
   shm::PaddedCounter* consumed = nullptr;  // receiver: highest seq whose descriptor it consumed
+  shm::PaddedCounter* credit_wanted = nullptr;
+  shm::PaddedCounter* recv_waiting = nullptr;
+  shm::PaddedCounter* send_waiting = nullptr;
   shm::SpscRing msg;                       // s->r
   shm::SpscRing ack;                       // r->s
   RegSlot* reg = nullptr;
   Desc* desc = nullptr;
   PostedRecv* posted = nullptr;
 
+  static constexpr size_t kHeaderLines = 4;
   static size_t bytes() {
-    return 64 + 2 * shm::SpscRing::bytes_for(kRingCapacity) + sizeof(RegSlot) * kRegSlots + sizeof(Desc) * kDescSlots +
-           sizeof(PostedRecv) * kPostedSlots;
+    return kHeaderLines * 64 + 2 * shm::SpscRing::bytes_for(kRingCapacity) + sizeof(RegSlot) * kRegSlots +
+           sizeof(Desc) * kDescSlots + sizeof(PostedRecv) * kPostedSlots;
   }
   static void init(void* mem) {
-    char* p = static_cast<char*>(mem) + 64;
+    char* p = static_cast<char*>(mem) + kHeaderLines * 64;
     shm::SpscRing::init(p, kRingCapacity);
     shm::SpscRing::init(p + shm::SpscRing::bytes_for(kRingCapacity), kRingCapacity);
   }
@@ -96,7 +112,10 @@ struct PairView {
     PairView v;
     char* p = static_cast<char*>(mem);
     v.consumed = reinterpret_cast<shm::PaddedCounter*>(p);
-    p += 64;
+    v.credit_wanted = v.consumed + 1;
+    v.recv_waiting = v.consumed + 2;
+    v.send_waiting = v.consumed + 3;
+    p += kHeaderLines * 64;
     v.msg = shm::SpscRing(p, kRingCapacity);
     p += shm::SpscRing::bytes_for(kRingCapacity);
     v.ack = shm::SpscRing(p, kRingCapacity);
@@ -126,6 +145,12 @@ struct ControlLayout {
   shm::PaddedCounter mapped;
   common::Doorbell recv_bell[kMaxPeers];  // rung when something arrives for rank r's receive side
   common::Doorbell send_bell[kMaxPeers];  // rung when something arrives for rank r's send side
+  // Rung for rank r's threads waiting on requests themselves (PairView's *_waiting): a publication
+  // wakes the waiter directly, and not the worker (its wake-up took the CPU both ranks needed).
+  common::Doorbell wait_bell[kMaxPeers];
+  // CPU + 1 that rank r's last sending or waiting thread ran on (0: not known yet). A hint for
+  // how long a waiter spins (caller_progress.h); nothing that must hold depends on it.
+  shm::PaddedCounter cpu[kMaxPeers];
 };
 
 struct RelaySlotMeta {

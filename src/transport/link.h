@@ -92,7 +92,17 @@ struct PairEnv {
   PairView out, in;                          // out: me->peer (I send), in: peer->me (I receive)
   common::Doorbell* peer_recv_bell = nullptr;  // wakes the peer's receive worker
   common::Doorbell* peer_send_bell = nullptr;  // wakes the peer's send worker
+  common::Doorbell* peer_wait_bell = nullptr;  // wakes the peer's threads waiting on requests
 };
+
+// After a publication towards the peer's receive side (or its send side: an ACK): the peer's
+// waiting thread when it has one on this pair, else its worker.
+inline void wake_peer_recv(PairEnv& env) {
+  (peer_waiting(env.out.recv_waiting) ? env.peer_wait_bell : env.peer_recv_bell)->ring();
+}
+inline void wake_peer_send(PairEnv& env) {
+  (peer_waiting(env.in.send_waiting) ? env.peer_wait_bell : env.peer_send_bell)->ring();
+}
 
 class SendLink {
  public:
@@ -106,6 +116,9 @@ class SendLink {
   virtual void idle_poll() {}
   virtual bool pending() const = 0;
   virtual bool busy() const = 0;  // copies in flight whose completion is polled
+  // Pending work the send worker must drive: false when what is pending only waits for a reply
+  // that wakes the worker itself (an ACK rings the send bell).
+  virtual bool needs_worker() const { return pending(); }
   // The caller's call failed (send_direct): from now on no copy from op.src is issued, copies
   // already issued are waited for (they are local and finish), and the receiver learns that the
   // message failed. Send lock held. op may already be gone from the link (failed, peer lost).
@@ -123,6 +136,14 @@ class RecvLink {
   virtual bool progress() = 0;
   bool pending() const { return !recvs_.empty(); }
   virtual bool busy() const { return false; }
+  // Whether a thread waiting on one of the irecvs may complete arrivals itself (caller_progress):
+  // direct links, whose arrivals are shared-memory words and messages; not the relay, whose
+  // arrivals need copies (the receive worker's).
+  virtual bool completes_on_caller() const { return false; }
+  // Waiting thread (or irecv right after posting), receive lock held: completes what has arrived.
+  virtual bool caller_progress() { return false; }
+  // After post(), receive lock held: whether the worker must look (a handshake waits for it).
+  virtual bool needs_worker_after_post() const { return true; }
   void fail_all(std::exception_ptr e);
   // Fails the pending irecvs into buffer `buf_id` (it was freed); they keep their place in the order.
   void fail_buffer(uint32_t buf_id, const char* why);

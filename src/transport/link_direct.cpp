@@ -155,8 +155,16 @@ bool DirectSendLink::progress() {
   }
   // The copy stream stored done_seq without waking anyone: a receiver that went to sleep on its
   // doorbell hears it from here (a no-op store when nobody sleeps).
-  if (gpu_retired) env_.peer_recv_bell->ring();
+  if (gpu_retired) wake_peer_recv(env_);
   return moved;
+}
+
+// An op not yet signalled needs the worker (its copy, RTS or completion is still to go out), and so
+// does one the copy stream signals (done_seq is polled); one that waits for its ACK does not.
+bool DirectSendLink::needs_worker() const {
+  for (auto& op : ops_)
+    if (!op->signaled || op->gpu_signal) return true;
+  return false;
 }
 
 bool DirectSendLink::busy() const {

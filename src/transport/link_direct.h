@@ -20,6 +20,7 @@ class DirectSendLink : public SendLink {
   }
   bool pending() const override { return !ops_.empty(); }
   bool busy() const override;
+  bool needs_worker() const override;
   void cancel(SendOp& op) override;
   void fail_all(std::exception_ptr e) override;
 
@@ -54,6 +55,8 @@ class DirectRecvLink : public RecvLink {
   DirectRecvLink(PairEnv& env, Publications& pubs) : env_(env), pubs_(pubs), hs_(env) {}
   void post(RecvOp r) override;
   bool progress() override;
+  bool completes_on_caller() const override { return true; }
+  bool needs_worker_after_post() const override { return !env_.in.msg.empty() || hs_.pending(); }
 
  protected:
   virtual void on_send_done(const shm::RingMsg& m) = 0;

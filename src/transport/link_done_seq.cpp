@@ -18,8 +18,8 @@ class DoneSeqSendLink final : public DirectSendLink {
       : DirectSendLink(env, q), done_out_(done_out), chan_pinned_(chan_pinned) {}
 
  private:
-  bool has_credit(uint64_t seq) const {
-    return seq <= env_.out.consumed->value.load(std::memory_order_acquire) + kDescSlots;
+  bool has_credit(uint64_t seq, std::memory_order mo = std::memory_order_acquire) const {
+    return seq <= env_.out.consumed->value.load(mo) + kDescSlots;
   }
   // The one place a descriptor is published (before done_seq covers it).
   void write_desc(const SendOp& op) {
@@ -56,13 +56,18 @@ class DoneSeqSendLink final : public DirectSendLink {
     return true;
   }
   bool publish(SendOp& op) override {
-    if (!has_credit(op.seq)) return false;
+    if (!has_credit(op.seq)) {
+      // Ask for a ring when credit returns, then look again: the receiver stores `consumed` and
+      // then reads the request (all sequentially consistent), so one of us sees the other.
+      env_.out.credit_wanted->value.store(1, std::memory_order_seq_cst);
+      if (!has_credit(op.seq, std::memory_order_seq_cst)) return false;
+    }
     write_desc(op);
     return true;
   }
   void published(uint64_t upto) override {
     done_out_->value.store(upto, std::memory_order_release);
-    env_.peer_recv_bell->ring();
+    wake_peer_recv(env_);
   }
   bool retire_ready(SendOp& op) override {
     return !op.gpu_signal || done_out_->value.load(std::memory_order_acquire) >= op.seq;
@@ -77,6 +82,10 @@ class DoneSeqRecvLink final : public DirectRecvLink {
  public:
   DoneSeqRecvLink(PairEnv& env, Publications& pubs, shm::PaddedCounter* done_in)
       : DirectRecvLink(env, pubs), done_in_(done_in) {}
+
+  // An arrival is done_seq plus its descriptor: the waiting thread matches it as the worker would.
+  // Version-0 handshakes (RTS on the message ring) stay with the worker (needs_worker_after_post).
+  bool caller_progress() override { return match(); }
 
  private:
   void on_send_done(const shm::RingMsg& m) override {
@@ -97,8 +106,11 @@ class DoneSeqRecvLink final : public DirectRecvLink {
       moved = true;
     }
     if (consumed) {
-      env_.in.consumed->value.store(consumed, std::memory_order_release);  // descriptor credit
-      env_.peer_send_bell->ring();
+      // Descriptor credit; the sender's worker is woken only when it waits for credit.
+      env_.in.consumed->value.store(consumed, std::memory_order_seq_cst);
+      if (env_.in.credit_wanted->value.load(std::memory_order_seq_cst) != 0 &&
+          env_.in.credit_wanted->value.exchange(0, std::memory_order_seq_cst) != 0)
+        env_.peer_send_bell->ring();
     }
     return moved;
   }

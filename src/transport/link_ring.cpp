@@ -17,7 +17,7 @@ class RingSendLink final : public DirectSendLink {
     shm::RingMsg m{kMsgSendDone, op.buf_id, op.seq, op.offset, op.len, op.version, op.status, 0, 0};
     return env_.out.msg.push(m);
   }
-  void published(uint64_t) override { env_.peer_recv_bell->ring(); }
+  void published(uint64_t) override { wake_peer_recv(env_); }
   void on_ack(const shm::RingMsg& m) override {
     acked_ = std::max(acked_, m.seq);
     if (m.arg0 != kStatusOk) ack_status_[m.seq] = m.arg0;
@@ -44,6 +44,8 @@ class RingRecvLink final : public DirectRecvLink {
  private:
   void on_send_done(const shm::RingMsg& m) override { arrivals_.arrived(m); }
   bool match() override { return arrivals_.match(recvs_, env_, true); }
+  // SEND_DONE messages, matching and the ACK: the waiting thread does what the worker would.
+  bool caller_progress() override { return progress(); }
 
   ArrivalMatcher arrivals_;
 };

@@ -9,7 +9,7 @@ PairLinks make_links(Path path, Completion completion, PairEnv& env, Publication
 }
 
 bool ArrivalMatcher::match(std::deque<RecvOp>& recvs, PairEnv& env, bool ack) {
-  bool moved = false;
+  bool moved = false, acked = false;
   while (!recvs.empty()) {
     RecvOp& r = recvs.front();
     auto it = arrived_.find(r.seq);
@@ -21,13 +21,14 @@ bool ArrivalMatcher::match(std::deque<RecvOp>& recvs, PairEnv& env, bool ack) {
     if (ack) {
       shm::RingMsg reply{kMsgAck, a.buf_id, a.seq, 0, 0, 0, status, 0, 0};
       if (!env.in.ack.push(reply)) break;
-      env.peer_send_bell->ring();
+      acked = true;
     }
     finish_recv(r, status, a.buf_id, a.offset, a.len, env.peer);
     arrived_.erase(it);
     recvs.pop_front();
     moved = true;
   }
+  if (acked) wake_peer_send(env);
   return moved;
 }
 

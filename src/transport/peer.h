@@ -9,6 +9,7 @@
 
 #include "common/shm_segment.h"
 #include "common/spin_mutex.h"
+#include "transport/caller_progress.h"
 #include "transport/link.h"
 
 namespace peerlink::detail {
@@ -41,12 +42,16 @@ struct Peer {
   std::unique_ptr<gpu::CopyQueue> send_queue;
   uint64_t next_send_seq = 0;
   std::unique_ptr<SendLink> send;
+  // Given to every send request when waiting threads may drive the send link (host backend).
+  std::shared_ptr<PairProgress> send_progress;
 
   // Receive side: the caller posts and the receive worker progresses, both under recv_mu.
   common::SpinThenSleepMutex recv_mu;
   std::unique_ptr<gpu::CopyQueue> recv_queue;
   uint64_t next_recv_seq = 0;
   std::unique_ptr<RecvLink> recv;
+  // Given to every irecv when the receive link completes on the waiting thread (direct links).
+  std::shared_ptr<PairProgress> recv_progress;
 
   // What this rank published to the peer (receiver role). Lock order: recv_mu, then pubs.mu.
   Publications pubs;

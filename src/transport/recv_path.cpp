@@ -1,5 +1,7 @@
 // Receive side: buffer publication (notify / wait), revocation (free_memory), irecv, and the
 // receive worker, which drives every pair's receive link.
+#include <sched.h>
+
 #include "common/log.h"
 #include "peerlink/errors.h"
 #include "transport/registry.h"
@@ -76,9 +78,22 @@ Request Transport::irecv(int peer, uint32_t buf_id, size_t offset, size_t len) {
   std::lock_guard<common::SpinThenSleepMutex> g(P.recv_mu);
   r.seq = ++P.next_recv_seq;
   r.req = new_request("irecv from", peer, buf_id, offset, len, 0, r.seq);
+  if (P.recv_progress) {
+    r.req->progress = P.recv_progress;
+    r.req->bell = P.recv_progress->bell();
+  }
   Request out(r.req);
   P.recv->post(std::move(r));
-  wake_recv_worker();
+  // A message that is already here completes now; the worker is woken only when it has something to
+  // do (a handshake, a relay): arrivals from now on ring it themselves, unless a waiter polls.
+  if (P.recv_progress) {
+    try {
+      P.recv->caller_progress();
+    } catch (...) {
+      mark_lost(P, std::current_exception());
+    }
+  }
+  if (!P.recv_progress || P.recv->needs_worker_after_post()) wake_recv_worker();
   return out;
 }
 
@@ -119,6 +134,45 @@ void Transport::free_memory(void* p) {
   backend_->free(p);
 }
 
+bool Transport::progress_on_caller(Peer& P, bool recv, bool* lock_taken) noexcept {
+  if (P.lost.load(std::memory_order_acquire)) return false;  // the workers fail what is pending
+  std::unique_lock<common::SpinThenSleepMutex> g(recv ? P.recv_mu : P.send_mu, std::try_to_lock);
+  if (!g.owns_lock()) {
+    if (lock_taken) *lock_taken = true;
+    return false;
+  }
+  try {
+    if (recv) return P.recv && P.recv->caller_progress();
+    return P.send && P.send->progress();
+  } catch (...) {
+    g.unlock();
+    try {
+      mark_lost(P, std::current_exception());  // as the worker would: the pair fails
+    } catch (...) {
+    }
+    return true;
+  }
+}
+
+void Transport::note_cpu() noexcept {
+  const int cpu = sched_getcpu();
+  if (cpu >= 0) ctl_->cpu[rank_].value.store(uint64_t(cpu) + 1, std::memory_order_relaxed);
+}
+
+bool Transport::peer_on_this_cpu(Peer& P) noexcept {
+  const int cpu = sched_getcpu();
+  if (cpu < 0) return false;
+  ctl_->cpu[rank_].value.store(uint64_t(cpu) + 1, std::memory_order_relaxed);
+  return ctl_->cpu[P.rank].value.load(std::memory_order_relaxed) == uint64_t(cpu) + 1;
+}
+
+void Transport::check_peer_quietly(Peer& P) noexcept {
+  try {
+    check_peer(P.rank);
+  } catch (...) {
+  }
+}
+
 void Transport::fail_pending_recvs(Peer& P, std::exception_ptr e) {
   std::lock_guard<common::SpinThenSleepMutex> g(P.recv_mu);
   if (P.recv) P.recv->fail_all(e);
@@ -126,7 +180,7 @@ void Transport::fail_pending_recvs(Peer& P, std::exception_ptr e) {
 
 void Transport::recv_worker_main() {
   backend_->bind_worker_thread();  // the copy queue's device guards then switch nothing
-  WorkerLoop loop(ctl_->recv_bell[rank_]);
+  WorkerLoop loop(ctl_->recv_bell[rank_], backend_->is_host());
   while (running_.load(std::memory_order_acquire)) {
     uint32_t ticket = loop.prepare();
     bool moved = false, pending = false, busy = false;

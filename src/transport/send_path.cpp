@@ -14,6 +14,24 @@ namespace peerlink::detail {
 namespace {
 using common::cat;
 using Clock = std::chrono::steady_clock;
+
+// A send_direct on a ring pair counts its thread as waiting on the pair's replies from before its
+// message goes out: a quick peer's ACK may come before the wait starts, and would wake the send
+// worker for nothing.
+class SendWait {
+ public:
+  explicit SendWait(PairProgress* p) : p_(p) {
+    if (p_) p_->begin_wait();
+  }
+  ~SendWait() {
+    if (p_) p_->end_wait();
+  }
+  SendWait(const SendWait&) = delete;
+  SendWait& operator=(const SendWait&) = delete;
+
+ private:
+  PairProgress* p_;
+};
 }  // namespace
 
 std::shared_ptr<RequestState> Transport::new_request(const char* kind, int peer, uint32_t buf_id, uint64_t offset,
@@ -83,9 +101,14 @@ Transport::SendHandle Transport::submit_send(int peer, const void* src, size_t l
       op->map = bind.map;
     }
   }
+  note_cpu();  // where this rank's reply will come from: the peer's waiter spins or not by it
   std::lock_guard<common::SpinThenSleepMutex> g(P.send_mu);
   op->seq = ++P.next_send_seq;
   op->req = new_request("isend to", peer, buf_id, offset, len, version, op->seq);
+  if (P.send_progress) {
+    op->req->progress = P.send_progress;
+    op->req->bell = P.send_progress->bell();
+  }
   try {
     P.send->submit(op);
   } catch (...) {
@@ -102,7 +125,8 @@ Transport::SendHandle Transport::submit_send(int peer, const void* src, size_t l
       mark_lost(P, std::current_exception());  // as the worker would: the op fails with the pair
     }
   }
-  if (P.send->pending()) wake_send_worker();
+  // A send that only waits for its ACK needs no worker: the ACK rings it (or a waiter polls).
+  if (P.send->needs_worker()) wake_send_worker();
   return SendHandle{Request(op->req), op};
 }
 
@@ -112,6 +136,8 @@ Request Transport::isend(int peer, const void* src, size_t len, uint32_t buf_id,
 
 void Transport::send_direct(int peer, const void* src, size_t len, uint32_t buf_id, uint64_t version, size_t offset,
                             std::chrono::milliseconds timeout) {
+  Peer& P = *peers_[peer];
+  SendWait waiting(P.completion == Completion::Ring && P.path == Path::Direct ? P.send_progress.get() : nullptr);
   SendHandle h = submit_send(peer, src, len, buf_id, offset, version);
   try {
     // In slices, so the interruption hook (Python's Ctrl-C, close() on another thread) runs about
@@ -138,7 +164,6 @@ void Transport::send_direct(int peer, const void* src, size_t len, uint32_t buf_
   } catch (...) {
     // A returned call never touches caller memory again: give the message up (no more copies
     // from src; those in flight are waited for) before the error reaches the caller.
-    Peer& P = *peers_[peer];
     std::lock_guard<common::SpinThenSleepMutex> g(P.send_mu);
     if (!shut_ && P.send) {
       try {
@@ -159,7 +184,7 @@ void Transport::fail_pending_sends(Peer& P, std::exception_ptr e) {
 
 void Transport::send_worker_main() {
   backend_->bind_worker_thread();  // the copy queue's device guards then switch nothing
-  WorkerLoop loop(ctl_->send_bell[rank_]);
+  WorkerLoop loop(ctl_->send_bell[rank_], backend_->is_host());
   while (running_.load(std::memory_order_acquire)) {
     uint32_t ticket = loop.prepare();
     bool moved = false, pending = false, busy = false;

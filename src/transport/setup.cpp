@@ -105,9 +105,11 @@ void Transport::setup_links() {
   for (int p = 0; p < world_; ++p)
     if (p != rank_) build_links(*peers_[p]);
   boot_->barrier(opts_.timeout);
-  // Everyone has mapped everything: the rendezvous name goes too (new jobs with this id start
-  // clean); ours are gone already unless a peer could not remove them.
-  boot_->unlink_name();
+  // Everyone has mapped everything: ours are gone already unless a peer could not remove them.
+  // The rendezvous name stays while the job lives, so a second process claiming a rank of it is
+  // told the rank is taken (InvalidArgument naming its pid) instead of timing out alone in a fresh
+  // rendezvous; it goes when the first rank closes (shutdown). Removed here, the duplicate timed
+  // out in the 2nd of 200 runs of three processes claiming ranks 0, 1, 1.
   for (auto& p : peers_)
     if (p) p->in_seg.unlink(), p->relay_out_seg.unlink();
 }
@@ -305,6 +307,7 @@ void Transport::build_links(Peer& P) {
   P.env.counters = &counters;
   P.env.peer_recv_bell = &ctl_->recv_bell[P.rank];
   P.env.peer_send_bell = &ctl_->send_bell[P.rank];
+  P.env.peer_wait_bell = &ctl_->wait_bell[P.rank];
   LinkResources res;
   res.send_queue = P.send_queue.get();
   res.recv_queue = P.recv_queue.get();
@@ -319,6 +322,13 @@ void Transport::build_links(Peer& P) {
   PairLinks l = make_links(P.path, P.completion, P.env, P.pubs, res);
   P.send = std::move(l.send);
   P.recv = std::move(l.recv);
+  if (P.recv->completes_on_caller())
+    P.recv_progress = std::make_shared<PairProgress>(*this, P, PairProgress::Side::Recv, ctl_->wait_bell[rank_]);
+  // Host memory: the caller already copies and publishes its sends (submit_send); waiting for the
+  // reply (an ACK) on the same thread spares two wake-ups. GPU send links poll copy events, which
+  // stays with the send worker.
+  if (backend_->is_host())
+    P.send_progress = std::make_shared<PairProgress>(*this, P, PairProgress::Side::Send, ctl_->wait_bell[rank_]);
 }
 
 void Transport::check_peer(int peer) {
@@ -356,6 +366,17 @@ void Transport::rethrow_worker_error() {
 
 void Transport::shutdown() {
   if (shut_.exchange(true)) return;
+  // Waiting threads stop driving the links themselves before anything goes; those asleep on our
+  // wait bell wake and sleep on their requests' status from then on.
+  for (auto& p : peers_) {
+    if (p && p->recv_progress) p->recv_progress->close_begin();
+    if (p && p->send_progress) p->send_progress->close_begin();
+  }
+  if (ctl_) ctl_->wait_bell[rank_].ring();
+  for (auto& p : peers_) {
+    if (p && p->recv_progress) p->recv_progress->close_wait();
+    if (p && p->send_progress) p->send_progress->close_wait();
+  }
   running_ = false;
   wake_send_worker();
   wake_recv_worker();
@@ -375,9 +396,9 @@ void Transport::shutdown() {
     if (p->relay_out.data) backend_->unpin(p->relay_out.data);
     if (p->relay_in.data) backend_->unpin(p->relay_in.data);
   }
-  if (boot_) boot_->leave();
+  if (boot_) boot_->leave(), boot_->unlink_name();  // new jobs with this id start clean
   if (ctl_)  // peers sleeping on their doorbells notice our departure now
-    for (int r = 0; r < world_; ++r) ctl_->recv_bell[r].ring(), ctl_->send_bell[r].ring();
+    for (int r = 0; r < world_; ++r) ctl_->recv_bell[r].ring(), ctl_->send_bell[r].ring(), ctl_->wait_bell[r].ring();
   if (ipc_) ipc_->close_all();
   for (auto& p : peers_)
     if (p) {

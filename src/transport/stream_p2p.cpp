@@ -1,5 +1,5 @@
 // Stream engine: setup (area, publication under the reserved id, binding of the peers' areas) and
-// the calls' argument validation. Groups, self pairs and the per-peer broken state:
+// the calls (their argument checks: stream_args.cpp). Groups, self pairs and the per-peer broken state:
 // stream_group.cpp. Data movement: stream_host.cpp (host backend, synchronous) and stream_gpu.cpp +
 // stream_kernels.cu (GPUs, stream-ordered).
 #include "transport/stream_p2p.h"
@@ -139,12 +139,6 @@ StreamEngine::~StreamEngine() {
   }
 }
 
-void StreamEngine::check_peer_usable(int peer, const char* what) {
-  if (peer < 0 || peer >= world_)
-    throw InvalidArgument(cat(what, ": peer ", peer, " is outside [0, ", world_, ")"));
-  if (peer == rank_) throw InvalidArgument(cat(what, ": peer ", peer, " is this rank itself"));
-}
-
 // After the arguments were validated (bad input is reported as such even when the peer is gone).
 // `alive`: PeerLostError at once when the peer is gone. Host-backend recvs pass false: a peer that
 // closed after its sends completed left their bytes in this rank's own area, and the wait loop
@@ -156,23 +150,9 @@ void StreamEngine::check_pair(int peer, bool alive) {
   if (alive) comm_.check_peer_alive(peer);
 }
 
-// GPU: the kernels read and write any device-accessible memory of this device.
-static void check_device_memory(bool host, const void* p, size_t len, const char* what, int peer) {
-  if (host || len == 0) return;
-  if (!gpu::is_device_pointer(p))
-    throw InvalidArgument(cat(what, peer, ": ", p, " is not device memory (", len,
-                              " bytes); stream-ordered calls on a GPU communicator take device buffers"));
-}
-
 // Maps peer's area (waits, bounded, for the peer's first stream call) and checks its geometry.
 void StreamEngine::bind_peer(int peer) {
   if (remote_[peer]) return;
-  // The kernels store straight into the peer's memory: a pair without peer access (relay path)
-  // has no stream-ordered path yet.
-  if (!host_ && comm_.path_to(peer) != Path::Direct)
-    throw UnsupportedError(cat("stream-ordered send/recv with rank ", peer, ": the pair uses the ",
-                               to_string(comm_.path_to(peer)), " path (", comm_.path_reason(peer),
-                               "); only direct pairs are supported"));
   std::shared_ptr<void> hold;
   // The header first: an area of another geometry may be shorter than ours (the check below names why).
   void* base = comm_.map_published(peer, kAreaBufId, 1, 0, kHeaderBytes, "stream setup", &hold);
@@ -198,17 +178,8 @@ void StreamEngine::bind_peer(int peer) {
 void StreamEngine::send_pub(int peer, const void* src, size_t len, uint32_t buf_id, size_t offset,
                             uint64_t version, void* stream) {
   std::lock_guard<std::recursive_mutex> g(mu_);
-  check_peer_usable(peer, "send");
-  if (!src && len > 0) throw InvalidArgument(cat("send to rank ", peer, ": src is null (len ", len, ")"));
-  check_device_memory(host_, src, len, "send to rank ", peer);
-  if (buf_id >= kReservedBufBase)
-    throw InvalidArgument(cat("send to rank ", peer, ": buffer id ", buf_id, " is reserved (ids >= ", kReservedBufBase,
-                              " belong to the library)"));
-  if (version == 0)
-    throw InvalidArgument(cat("send to rank ", peer, ": version must be > 0 for the published-buffer form (buffer ",
-                              buf_id, "); use send(peer, src, len, stream) for unpublished buffers"));
+  check_send_pub(peer, src, len, buf_id, offset, version);
   check_pair(peer);
-  bind_peer(peer);
   StreamOp op;
   op.kind = StreamOpKind::SendPub;
   op.peer = peer;
@@ -218,26 +189,16 @@ void StreamEngine::send_pub(int peer, const void* src, size_t len, uint32_t buf_
   op.offset = offset;
   op.version = version;
   op.stream = stream;
+  // The destination first: its publication decides the rest of the arguments (stale version,
+  // range) and needs no stream call of the peer; binding the peer's area waits for one.
   op.dst = static_cast<char*>(comm_.map_published(peer, buf_id, version, offset, len, "send", &op.hold));
+  bind_peer(peer);
   submit(std::move(op));
 }
 
 void StreamEngine::recv_pub(int peer, uint32_t buf_id, size_t offset, size_t len, void* stream) {
   std::lock_guard<std::recursive_mutex> g(mu_);
-  check_peer_usable(peer, "recv");
-  if (buf_id >= kReservedBufBase)
-    throw InvalidArgument(cat("recv from rank ", peer, ": buffer id ", buf_id, " is reserved (ids >= ",
-                              kReservedBufBase, " belong to the library)"));
-  if (offset > SIZE_MAX - len)
-    throw InvalidArgument(cat("recv from rank ", peer, ": offset ", offset, " + len ", len, " overflows"));
-  char* pub_ptr = nullptr;
-  uint64_t pub_len = comm_.local_published_len(peer, buf_id, &pub_ptr);
-  if (pub_len == 0)
-    throw InvalidArgument(cat("recv from rank ", peer, ": unknown buffer id ", buf_id,
-                              " (publish it to that peer with notify_ipc_buffer first)"));
-  if (offset + len > pub_len)
-    throw InvalidArgument(cat("recv from rank ", peer, ": [offset ", offset, ", +len ", len, ") exceeds buffer ", buf_id,
-                              " of ", pub_len, " bytes"));
+  char* pub_ptr = check_recv_pub(peer, buf_id, offset, len);
   check_pair(peer, !host_);
   bind_peer(peer);
   StreamOp op;
@@ -254,10 +215,7 @@ void StreamEngine::recv_pub(int peer, uint32_t buf_id, size_t offset, size_t len
 void StreamEngine::send_raw(int peer, const void* src, size_t len, void* stream) {
   std::lock_guard<std::recursive_mutex> g(mu_);
   const bool self = peer == rank_;  // matched with a recv of this rank in the group (queue_self)
-  if (!self) check_peer_usable(peer, "send");
-  if (!src && len > 0)
-    throw InvalidArgument(cat("send to rank ", peer, self ? " (itself)" : "", ": src is null (len ", len, ")"));
-  check_device_memory(host_, src, len, "send to rank ", peer);
+  check_raw(peer, src, len, true);
   StreamOp op;
   op.kind = StreamOpKind::SendRaw;
   op.peer = peer;
@@ -279,10 +237,7 @@ int StreamEngine::zero_copy_slots_seen(int peer) const { return zc_ ? zc_->seen_
 void StreamEngine::recv_raw(int peer, void* dst, size_t len, void* stream) {
   std::lock_guard<std::recursive_mutex> g(mu_);
   const bool self = peer == rank_;  // matched with a send of this rank in the group (queue_self)
-  if (!self) check_peer_usable(peer, "recv");
-  if (!dst && len > 0)
-    throw InvalidArgument(cat("recv from rank ", peer, self ? " (itself)" : "", ": dst is null (len ", len, ")"));
-  check_device_memory(host_, dst, len, "recv from rank ", peer);
+  check_raw(peer, dst, len, false);
   StreamOp op;
   op.kind = StreamOpKind::RecvRaw;
   op.peer = peer;

@@ -134,7 +134,12 @@ class StreamEngine final : public UpperState {
   size_t slots() const { return slots_; }
 
  private:
-  void check_peer_usable(int peer, const char* what);  // range only
+  // Argument checks (stream_args.cpp): everything this rank can check alone, before any setup that
+  // needs the peer. check_recv_pub returns the base of this rank's publication.
+  void check_peer_usable(int peer, const char* what);  // range, not itself, a direct pair (GPUs)
+  void check_send_pub(int peer, const void* src, size_t len, uint32_t buf_id, size_t offset, uint64_t version);
+  char* check_recv_pub(int peer, uint32_t buf_id, size_t offset, size_t len);
+  void check_raw(int peer, const void* buf, size_t len, bool send);
   void check_pair(int peer, bool alive = true);  // device errors, broken channels, liveness
   void bind_peer(int peer);
   void submit(StreamOp op);

@@ -79,6 +79,17 @@ class Transport {
   void send_worker_main();
   void recv_worker_main();
   void mark_lost(Peer& p, std::exception_ptr e);
+  // PairProgress::poll: what a worker would do for P's receive or send link, on the waiting
+  // thread, when the pair's lock is free (else *lock_taken, when given, is set). True when
+  // anything moved.
+  friend class PairProgress;
+  bool progress_on_caller(Peer& P, bool recv, bool* lock_taken = nullptr) noexcept;
+  // check_peer for a waiting thread: a lost peer marks the pair lost (its requests fail); no throw.
+  void check_peer_quietly(Peer& P) noexcept;
+  // Records the calling thread's CPU as this rank's (ControlLayout::cpu) and tells whether P's
+  // last recorded CPU is the same one.
+  bool peer_on_this_cpu(Peer& P) noexcept;
+  void note_cpu() noexcept;
   void fail_pending_sends(Peer& p, std::exception_ptr e);
   void fail_pending_recvs(Peer& p, std::exception_ptr e);
   Publication wait_publication(int peer, uint32_t buf_id, uint64_t min_version, const char* what);

@@ -35,6 +35,19 @@ transport_rows_clean() {
              END { exit !(rows > 0 && badrow == 0) }' "$TMP/out"
 }
 
+# Latency mode carries the raw anchors (a shared-memory flag and a pipe ping-pong between the same
+# two processes) in every row: table columns, JSON fields, CSV columns. The other modes carry none.
+anchors_ok() {
+  if [ "$1" = latency ]; then
+    has '#wrong \| +flag us \| +pipe us \| +x flag \| +x pipe' &&
+      [ "$(grep -cE '^ +[0-9]+ \|.*\| +[0-9]+\.[0-9]+ \| +[0-9]+\.[0-9]+ \| +[0-9]+\.[0-9] \| +[0-9]+\.[0-9]+$' "$TMP/out")" = 3 ] &&
+      python3 -c "import json,sys; d=json.load(open('$TMP/bt.json')); sys.exit(not all(r['flag_p50_us']>0 and r['pipe_p50_us']>0 and r['ratio_pipe']>0 for r in d['results']))" &&
+      head -n 20 "$TMP/bt.csv" | grep -q '^bytes,.*,flag_p50_us,pipe_p50_us$'
+  else
+    ! has 'flag us' && ! grep -q flag_p50_us "$TMP/bt.json"
+  fi
+}
+
 for mode in latency bandwidth bidir; do
   for path in direct relay; do
     for comp in done_seq ring; do
@@ -44,18 +57,29 @@ for mode in latency bandwidth bidir; do
         if has 'Size \| +p50 us \| +p99 us \| +GB/s' && transport_rows_clean &&
            has "transport=$path" && has "completion=$comp" &&
            python3 -c "import json,sys; d=json.load(open('$TMP/bt.json')); sys.exit(not(len(d['results'])==3 and all(r['wrong']==0 for r in d['results'])))" &&
-           [ "$(grep -c '^[0-9]' "$TMP/bt.csv")" = 3 ]; then
+           [ "$(grep -c '^[0-9]' "$TMP/bt.csv")" = 3 ] && anchors_ok $mode; then
           ok "$name"
         else
-          bad "$name: columns, #wrong, json or csv"
+          bad "$name: columns, #wrong, json, csv or anchors"
         fi
       fi
     done
   done
 done
 
+# `make run`: the header says which backend ran, on how many cores, and where the GPU numbers are;
+# anchors up to 1 MB, none ("-") above.
 if run "bench_transport --demo" 0 "$BIN/bench_transport" --demo --gpus -1,-1; then
-  if has '67108864 \|' && transport_rows_clean; then ok "bench_transport --demo"; else bad "bench_transport --demo rows"; fi
+  if has '67108864 \|' && transport_rows_clean && has '^# peerlink demo: host backend' &&
+     has '^# machine: [0-9]+ CPU cores? available' && has 'docs/performance\.md' &&
+     has '^ +1048576 \|.*\| +[0-9]+\.[0-9]+ \| +[0-9]+\.[0-9]+ \|' && has '^ +67108864 \|.*\| +- \| +- \|'; then
+    ok "bench_transport --demo"
+  else
+    bad "bench_transport --demo header or rows"
+  fi
+fi
+if run "bench_transport --anchors 0" 0 "$BIN/bench_transport" --gpus -1,-1 -b 8 -e 64 -f 8 -n 3 --anchors 0; then
+  if transport_rows_clean && ! has 'flag us'; then ok "bench_transport --anchors 0"; else bad "bench_transport --anchors 0 output"; fi
 fi
 
 # Launcher mode: two processes given their rank through the environment.

@@ -1,5 +1,6 @@
 // libFuzzer target: what bootstrap reads from the rendezvous segment (bootstrap/records.h): rank
-// slots (liveness only: state, pid, start time, barrier count) and the layout header. Accepted
+// slots (liveness only: state, pid, start time, barrier count), the failure record and the layout
+// header. Accepted
 // records must satisfy every documented bound. The transport's join record has its own target
 // (transport_wire_fuzz.cpp).
 // Input: byte 0 = world size, byte 1 = rank, the rest the record bytes.
@@ -28,6 +29,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       SlotRecord r = parse_slot(slot.get(), std::min(n, sizeof(RankSlot)), rank, world);
       if (r.state != kEmpty && r.state != kJoined && r.state != kLeft && r.state != kJoining) std::abort();
       if ((r.state == kJoined || r.state == kLeft) && r.pid <= 0) std::abort();
+    } catch (const peerlink::Error&) {
+    }
+  }
+  {
+    std::unique_ptr<FailureRecord> f(new FailureRecord());
+    std::memcpy(static_cast<void*>(f.get()), rec, std::min(n, sizeof(FailureRecord)));
+    try {
+      FailureView v = parse_failure(f.get(), std::min(n, sizeof(FailureRecord)), world);
+      if (v.state != kNoFailure && v.state != kFailureRecording && v.state != kFailureRecorded) std::abort();
+      if (v.recorded() && (v.dead_rank < 0 || v.dead_rank >= world || v.seen_by < 0 || v.seen_by >= world ||
+                           v.seen_by == v.dead_rank || v.dead_pid <= 0))
+        std::abort();
     } catch (const peerlink::Error&) {
     }
   }

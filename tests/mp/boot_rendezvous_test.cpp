@@ -1,7 +1,8 @@
 // Regression tests of issue 12 for the bootstrap layer, in real processes: a corrupt or stale
 // rendezvous segment (#1, #13), the same rank claimed twice and two jobs of one id started at once
 // (#13: a clean error or a correct job, never a split), a timed-out barrier marked out of step
-// (#11), a dead rank detected by the barrier within ~100 ms and its allocations removed (#12).
+// (#11), a dead rank detected by the barrier within ~100 ms and its allocations removed (#12); a
+// rendezvous that failed for good (a late rank fails at once, a rerun starts fresh).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -246,5 +247,145 @@ TEST(BootBarrier, DeadRankDetectedPromptlyAndItsAllocationsRemoved) {
   }, seconds(30), {1});
   EXPECT_EQ(fails, "");
   EXPECT_TRUE(pltest::leftover_segments(uid).empty());
+  munmap(b, sizeof *b);
+}
+
+namespace {
+
+// Whether rank r's slot of the rendezvous of `uid` says joined (read from /dev/shm: the test knows
+// the layout; the library never trusts it this way).
+bool slot_joined(const std::string& uid, int r) {
+  const std::string path = "/dev/shm/" + common::shm_prefix_for(uid) + "boot";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const size_t bytes = common::kSegmentHeaderBytes + sizeof(bootstrap::BootLayout);
+  void* p = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) return false;
+  const auto* l = reinterpret_cast<const bootstrap::BootLayout*>(static_cast<const char*>(p) + common::kSegmentHeaderBytes);
+  const bool joined = l->slots[r].state.load() == bootstrap::kJoined;
+  munmap(p, bytes);
+  return joined;
+}
+
+Options boot_options(int ms) {
+  Options o;
+  o.timeout = milliseconds(ms);
+  return o;
+}
+
+// One run of world 3: rank 1 joins and is killed during the rendezvous, rank 0 sees it and fails;
+// only then does rank 2 arrive. `late` false: rank 2 never comes (the failed segment stays).
+void run_failed_rendezvous(const std::string& uid, Board* b, bool late) {
+  std::string fails = run_ranks(3, [&](int rank) {
+    if (rank == 1) {
+      std::thread killer([&] {
+        // Killed once rank 0 has joined too (before, the segment would be an unowned leftover to it).
+        for (auto end = steady_clock::now() + seconds(10);
+             !(slot_joined(uid, 0) && slot_joined(uid, 1)) && steady_clock::now() < end;)
+          std::this_thread::sleep_for(milliseconds(1));
+        kill(getpid(), SIGKILL);
+      });
+      killer.detach();
+      Communicator comm(uid, 1, 3, kHostDevice, boot_options(20000));
+      MP_CHECK_MSG(false, "rank 1 should have died in the rendezvous");
+    } else if (rank == 0) {
+      MP_CHECK_THROWS(Communicator(uid, 0, 3, kHostDevice, boot_options(20000)), PeerLostError, "rank 1", "died");
+      b->go.store(1);
+    } else if (late) {
+      while (!b->go.load()) std::this_thread::sleep_for(microseconds(200));
+      const auto t0 = steady_clock::now();
+      MP_CHECK_THROWS(Communicator(uid, 2, 3, kHostDevice, boot_options(20000)), PeerLostError, "rank 1", "died",
+                      "already failed");
+      const auto ms = duration_cast<milliseconds>(steady_clock::now() - t0).count();
+      MP_CHECK_MSG(ms < 500, "the late rank failed after " << ms << " ms");
+    }
+  }, seconds(60), {1});
+  ASSERT_EQ(fails, "");
+}
+
+}  // namespace
+
+// World 3: rank 1 dies during the rendezvous, rank 0 notices and throws; rank 2 arrives after that.
+// The failure is recorded in the segment, so rank 2 fails at once with PeerLostError naming rank 1
+// instead of waiting out its timeout for "ranks that never arrived: 0, 1". 20 runs.
+TEST(BootRendezvous, LateRankOfFailedRendezvousFailsAtOnce) {
+  Board* b = new_board();
+  for (int run = 0; run < 20; ++run) {
+    std::memset(static_cast<void*>(b), 0, sizeof *b);
+    const std::string uid = pltest::unique_test_id("lateboot");
+    run_failed_rendezvous(uid, b, true);
+    ASSERT_TRUE(pltest::leftover_segments(uid).empty()) << "run " << run;  // the late rank was the last
+  }
+  munmap(b, sizeof *b);
+}
+
+// The segment of a failed rendezvous that a rank never came to stays behind, unowned; processes
+// started after the failure are a rerun of the id, not late ranks: they replace it and form the job.
+TEST(BootRendezvous, RerunAfterFailedRendezvousStartsFresh) {
+  Board* b = new_board();
+  const std::string uid = pltest::unique_test_id("rerunboot");
+  run_failed_rendezvous(uid, b, false);
+  EXPECT_FALSE(pltest::leftover_segments(uid).empty());  // kept for rank 2, which never came
+  std::this_thread::sleep_for(milliseconds(20));  // start times have a 10 ms resolution
+  std::string fails = run_ranks(3, [&](int rank) {
+    Communicator comm(uid, rank, 3, kHostDevice, boot_options(20000));
+    comm.barrier();
+  });
+  EXPECT_EQ(fails, "");
+  EXPECT_TRUE(pltest::leftover_segments(uid).empty());
+  munmap(b, sizeof *b);
+}
+
+// Three processes claim ranks {0, 1, 1} of one communicator at once, 200 times: every time one of
+// the two rank-1 processes gets InvalidArgument naming the pid that holds the rank and the other two
+// form the job (no TimeoutError: the loser once let go of the segment while the winner was between
+// its claim and its pid store, the job formed and removed the name, and the loser waited alone in
+// a fresh rendezvous).
+TEST(BootRendezvous, SameRankClaimedTwiceByCommunicatorsAlwaysOneJob) {
+  Board* b = new_board();
+  const int ranks[3] = {0, 1, 1};
+  for (int round = 0; round < 200; ++round) {
+    std::memset(static_cast<void*>(b), 0, sizeof *b);
+    const std::string uid = pltest::unique_test_id("dup");
+    std::string fails = run_ranks(3, [&](int i) {
+      // All three start together (no starter thread in the parent: a fork of a multi-threaded
+      // process cannot start threads under TSan).
+      b->go.fetch_add(1);
+      while (b->go.load() < 3) {
+      }
+      try {
+        Communicator comm(uid, ranks[i], 2, kHostDevice, boot_options(5000));
+        comm.barrier();
+        report(b, i, kJoinedJob, ranks[i], 0, "");
+        // Members stay until the loser reported: it must meet the live job, whenever it comes.
+        for (auto end = steady_clock::now() + seconds(10); b->reported.load() < 3 && steady_clock::now() < end;)
+          std::this_thread::sleep_for(microseconds(200));
+      } catch (const InvalidArgument& e) {
+        report(b, i, kDuplicate, ranks[i], 0, e.what());
+      } catch (const TimeoutError& e) {
+        report(b, i, kTimedOut, ranks[i], 0, e.what());
+      } catch (const std::exception& e) {
+        report(b, i, kOther, ranks[i], 0, e.what());
+      }
+    }, seconds(30));
+    ASSERT_EQ(fails, "") << "round " << round;
+    int joined = 0, dup = 0;
+    std::string why;
+    for (int i = 0; i < 3; ++i) {
+      const Report& r = b->r[i];
+      why += "proc " + std::to_string(i) + " rank " + std::to_string(ranks[i]) + ": " + std::to_string(r.outcome.load()) +
+             " " + r.msg + "\n";
+      joined += r.outcome == kJoinedJob;
+      if (r.outcome == kDuplicate) {
+        ++dup;
+        EXPECT_EQ(ranks[i], 1) << why;
+        EXPECT_NE(std::string(r.msg).find("already taken by live pid"), std::string::npos) << r.msg;
+      }
+    }
+    ASSERT_EQ(joined, 2) << "round " << round << "\n" << why;
+    ASSERT_EQ(dup, 1) << "round " << round << "\n" << why;
+    ASSERT_TRUE(pltest::leftover_segments(uid).empty()) << "round " << round;
+  }
   munmap(b, sizeof *b);
 }

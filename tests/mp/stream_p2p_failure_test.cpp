@@ -6,6 +6,7 @@
 #include <csignal>
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -195,4 +196,72 @@ TEST(StreamFailure, BadInputAndGroupMisuse) {
     comm.barrier();
   });
   EXPECT_EQ(fails, "");
+}
+
+// The first stream-ordered calls of a pair whose peer makes none: every bad argument is
+// InvalidArgument within 100 ms, named, with nothing written, instead of waiting out the timeout in
+// the channel's setup (which waits for the peer's first stream call). What only the peer's
+// publication decides (length, offset, stale version) fails as soon as that publication is known,
+// here at once. Afterwards the pair works: no bad call consumed a sequence number.
+TEST(StreamFailure, BadArgumentsFailFastOnAFreshPair) {
+  const std::string uid = pltest::unique_test_id("sfresh");
+  std::string fails = run_ranks(2, [&](int rank) {
+    Communicator comm(uid, rank, 2, kHostDevice, quick(3000));
+    char* pub = static_cast<char*>(comm.alloc(1024));
+    pltest::fill_pattern(pub, 1024, 7 + uint64_t(rank));
+    if (rank == 1) {
+      comm.notify_ipc_buffer(0, 9, pub, 1024, 1);
+      comm.notify_ipc_buffer(0, 9, pub, 1024, 2);  // a newer version: version 1 is stale now
+    } else {
+      comm.notify_ipc_buffer(1, 3, pub, 512, 1);
+    }
+    comm.barrier();
+    if (rank == 0) {
+      std::vector<char> src(2048);
+      pltest::fill_pattern(src.data(), src.size(), 99);
+      std::vector<char> dst(64, 0);
+      auto fast = [](const char* what, const std::function<void()>& call, std::initializer_list<const char*> parts) {
+        const auto t0 = steady_clock::now();
+        try {
+          call();
+          MP_CHECK_MSG(false, what << " did not throw");
+        } catch (const InvalidArgument& e) {
+          for (const char* p : parts) MP_CHECK_MSG(std::string(e.what()).find(p) != std::string::npos, e.what());
+        }
+        const auto ms = duration_cast<milliseconds>(steady_clock::now() - t0).count();
+        MP_CHECK_MSG(ms < 100, what << " took " << ms << " ms");
+      };
+      const char* s = src.data();
+      fast("len > publication", [&] { comm.send(1, s, 1025, 9, 0, 2, nullptr); }, {"exceeds buffer 9", "1024"});
+      fast("offset + len > publication", [&] { comm.send(1, s, 100, 9, 1000, 2, nullptr); }, {"offset 1000", "exceeds"});
+      fast("offset + len overflows", [&] { comm.send(1, s, 8, 9, SIZE_MAX - 3, 2, nullptr); }, {"overflows"});
+      fast("stale version", [&] { comm.send(1, s, 8, 9, 0, 1, nullptr); }, {"stale version 1", "version 2"});
+      fast("version 0", [&] { comm.send(1, s, 8, 9, 0, 0, nullptr); }, {"version must be > 0"});
+      fast("null src", [&] { comm.send(1, nullptr, 8, 9, 0, 2, nullptr); }, {"src is null"});
+      fast("peer outside", [&] { comm.send(2, s, 8, 9, 0, 2, nullptr); }, {"peer 2", "outside"});
+      fast("peer itself", [&] { comm.send(0, s, 8, 9, 0, 2, nullptr); }, {"this rank itself"});
+      fast("reserved id", [&] { comm.send(1, s, 8, 0xFFFFFF01u, 0, 2, nullptr); }, {"reserved"});
+      fast("recv len > own publication", [&] { comm.recv(1, 3, 0, 513, nullptr); }, {"exceeds buffer 3", "512"});
+      fast("recv unknown id", [&] { comm.recv(1, 4, 0, 8, nullptr); }, {"unknown buffer id 4"});
+      fast("recv overflow", [&] { comm.recv(1, 3, SIZE_MAX, 2, nullptr); }, {"overflows"});
+      fast("recv peer outside", [&] { comm.recv(5, 3, 0, 8, nullptr); }, {"peer 5", "outside"});
+      fast("NCCL send null src", [&] { comm.send(1, nullptr, 8, nullptr); }, {"src is null"});
+      fast("NCCL recv null dst", [&] { comm.recv(1, nullptr, 8, nullptr); }, {"dst is null"});
+      fast("NCCL send peer outside", [&] { comm.send(7, s, 8, nullptr); }, {"peer 7", "outside"});
+      fast("NCCL recv peer outside", [&] { comm.recv(-1, dst.data(), 8, nullptr); }, {"peer -1", "outside"});
+      fast("NCCL send to itself outside a group", [&] { comm.send(0, s, 8, nullptr); }, {"outside a group"});
+      for (char c : dst) MP_CHECK(c == 0);
+      MP_CHECK(pltest::check_pattern(pub, 1024, 7) == SIZE_MAX);  // our publication untouched
+      comm.barrier();  // 1: rank 1 checks its buffer
+      comm.send(1, s, 1024, 9, 0, 2, nullptr);  // the pair's first message
+    } else {
+      comm.barrier();  // 1
+      MP_CHECK_MSG(pltest::check_pattern(pub, 1024, 8) == SIZE_MAX, "a bad send wrote into buffer 9");
+      comm.recv(0, 9, 0, 1024, nullptr);
+      MP_CHECK(pltest::check_pattern(pub, 1024, 99) == SIZE_MAX);
+    }
+    comm.barrier();
+  }, milliseconds(30000));
+  EXPECT_EQ(fails, "");
+  EXPECT_TRUE(pltest::leftover_segments(uid).empty());
 }

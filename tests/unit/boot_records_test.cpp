@@ -49,7 +49,36 @@ TEST(BootRecords, LayoutHeaderNamesVersionAndWorldSize) {
     check_layout_header(hdr, sizeof hdr, 2, kLayoutVersion);
     FAIL() << "old layout accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("layout version 2, expected 3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("layout version 2, expected 4"), std::string::npos) << e.what();
   }
   EXPECT_THROW(check_layout_header(hdr, 7, 2, kLayoutVersion), Error);
+}
+
+// The failure record a late rank acts on comes from shared memory: only a recorded failure naming
+// two different ranks of the world and a positive pid is believed.
+TEST(BootRecords, FailureRecordIsChecked) {
+  std::unique_ptr<FailureRecord> f(new FailureRecord());
+  EXPECT_FALSE(parse_failure(f.get(), sizeof(FailureRecord), 3).recorded());
+  f->state.store(kFailureRecorded);
+  f->dead_rank = 1;
+  f->dead_pid = 4321;
+  f->seen_by = 0;
+  f->when_ticks = 55;
+  FailureView v = parse_failure(f.get(), sizeof(FailureRecord), 3);
+  EXPECT_TRUE(v.recorded());
+  EXPECT_EQ(v.dead_rank, 1);
+  EXPECT_EQ(v.dead_pid, 4321);
+  EXPECT_EQ(v.seen_by, 0);
+  EXPECT_EQ(v.when_ticks, 55u);
+  EXPECT_THROW(parse_failure(f.get(), sizeof(FailureRecord) - 1, 3), Error);
+  EXPECT_THROW(parse_failure(f.get(), sizeof(FailureRecord), 1), Error);  // dead rank outside the world
+  f->seen_by = 1;
+  EXPECT_THROW(parse_failure(f.get(), sizeof(FailureRecord), 3), Error);  // saw itself die
+  f->seen_by = 0;
+  f->dead_pid = 0;
+  EXPECT_THROW(parse_failure(f.get(), sizeof(FailureRecord), 3), Error);
+  f->state.store(9);
+  EXPECT_THROW(parse_failure(f.get(), sizeof(FailureRecord), 3), Error);
+  f->state.store(kFailureRecording);  // being written: not a failure yet, whatever the fields say
+  EXPECT_FALSE(parse_failure(f.get(), sizeof(FailureRecord), 3).recorded());
 }
