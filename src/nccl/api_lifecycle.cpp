@@ -161,6 +161,9 @@ PL_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksLis
 }
 
 PL_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  bool unusable;
+  if (const RealNccl* real = foreign_comm(comm, "ncclCommFinalize", &unusable)) return real->ncclCommFinalize(comm);
+  if (unusable) return ncclInvalidArgument;
   if (!comm) {
     set_last_error("ncclCommFinalize: comm is NULL");
     return ncclInvalidArgument;
@@ -224,10 +227,21 @@ ncclComm::~ncclComm() {
   }
 }
 
-PL_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) { return destroy(comm, false, "ncclCommDestroy"); }
-PL_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) { return destroy(comm, true, "ncclCommAbort"); }
+PL_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  bool unusable;
+  if (const RealNccl* real = foreign_comm(comm, "ncclCommDestroy", &unusable)) return real->ncclCommDestroy(comm);
+  return unusable ? ncclInvalidArgument : destroy(comm, false, "ncclCommDestroy");
+}
+PL_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  bool unusable;
+  if (const RealNccl* real = foreign_comm(comm, "ncclCommAbort", &unusable)) return real->ncclCommAbort(comm);
+  return unusable ? ncclInvalidArgument : destroy(comm, true, "ncclCommAbort");
+}
 
 PL_NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  bool unusable;
+  if (const RealNccl* real = foreign_comm(comm, "ncclCommRevoke", &unusable)) return real->ncclCommRevoke(comm, revokeFlags);
+  if (unusable) return ncclInvalidArgument;
   if (ncclResult_t r = check_comm(comm, "ncclCommRevoke")) return r;
   if (revokeFlags != NCCL_REVOKE_DEFAULT) {
     set_last_error("ncclCommRevoke: revokeFlags " + std::to_string(revokeFlags) + " must be 0");
@@ -256,6 +270,9 @@ PL_NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
 }
 
 PL_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  bool unusable;
+  if (const RealNccl* real = foreign_comm(comm, "ncclCommGetAsyncError", &unusable)) return real->ncclCommGetAsyncError(comm, asyncError);
+  if (unusable) return ncclInvalidArgument;
   if (!comm || !asyncError) {
     set_last_error("ncclCommGetAsyncError: comm or asyncError is NULL");
     return ncclInvalidArgument;
@@ -303,6 +320,9 @@ PL_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t*
 }
 
 PL_NCCL_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  bool unusable;
+  if (const RealNccl* real = foreign_comm(comm, "ncclCommCount", &unusable)) return real->ncclCommCount(comm, count);
+  if (unusable) return ncclInvalidArgument;
   if (ncclResult_t r = check_comm(comm, "ncclCommCount")) return r;
   if (!count) {
     set_last_error("ncclCommCount: count is NULL");
@@ -313,6 +333,9 @@ PL_NCCL_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
 }
 
 PL_NCCL_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
+  bool unusable;
+  if (const RealNccl* real = foreign_comm(comm, "ncclCommCuDevice", &unusable)) return real->ncclCommCuDevice(comm, device);
+  if (unusable) return ncclInvalidArgument;
   if (ncclResult_t r = check_comm(comm, "ncclCommCuDevice")) return r;
   if (!device) {
     set_last_error("ncclCommCuDevice: device is NULL");
@@ -323,6 +346,9 @@ PL_NCCL_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device)
 }
 
 PL_NCCL_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  bool unusable;
+  if (const RealNccl* real = foreign_comm(comm, "ncclCommUserRank", &unusable)) return real->ncclCommUserRank(comm, rank);
+  if (unusable) return ncclInvalidArgument;
   if (ncclResult_t r = check_comm(comm, "ncclCommUserRank")) return r;
   if (!rank) {
     set_last_error("ncclCommUserRank: rank is NULL");

@@ -82,6 +82,15 @@ ncclResult_t check_comm(const ncclComm* comm, const char* what) {
   return ncclSuccess;
 }
 
+const RealNccl* foreign_comm(const ncclComm* comm, const char* what, bool* unusable) {
+  *unusable = false;
+  if (!comm || comm->magic == kShimCommMagic) return nullptr;
+  if (const RealNccl* real = real_nccl(std::string())) return real;
+  set_last_error(std::string(what) + ": not a communicator of this library, and no real NCCL is loaded");
+  *unusable = true;
+  return nullptr;
+}
+
 // Wraps a communicator the real NCCL made (split/shrink of a real one).
 ncclComm* wrap_real(ncclComm* parent, ncclComm_t r) {
   const RealNccl* real = real_nccl(parent->opts.nccl_library);

@@ -130,7 +130,8 @@ class NcclEngine : public InterNodeEngine {
   static cudaStream_t stream(void* s) { return static_cast<cudaStream_t>(s); }
   void check(ncclResult_t r, const char* what) const {
     if (r == ncclSuccess) return;
-    std::string msg = std::string("real NCCL ") + what + ": " + r_->ncclGetErrorString(r);
+    std::string msg = std::string("real NCCL ") + what + ": " + r_->ncclGetErrorString(r) + " (result " +
+                      std::to_string(static_cast<int>(r)) + ")";
     if (const char* last = r_->ncclGetLastError(comm_)) msg += std::string(" (") + last + ")";
     if (!comm_) throw InvalidArgument(msg + " after ncclCommAbort");
     switch (r) {

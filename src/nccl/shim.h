@@ -4,8 +4,9 @@
 // real_nccl.h) for communicators of real NCCL ids and for whatever peerlink does not implement. Top layer: it uses peerlink's public API only
 // (include/peerlink/*.h) and links libpeerlink.so, which exports nothing else.
 //
-// Handles: ncclComm_t points to our `ncclComm` (below), never to a real NCCL communicator; a routed
-// or lazily created real communicator hangs off it (`real`). Errors: every entry point catches and
+// Handles: ncclComm_t from the program points to our `ncclComm` (below); a routed or lazily created
+// real communicator hangs off it (`real`). Only the real library's calls of its own API can bring a
+// real communicator here (kShimCommMagic). Errors: every entry point catches and
 // returns an ncclResult_t (never throws across the C boundary), and records the message for
 // ncclGetLastError.
 #pragma once
@@ -28,6 +29,8 @@
 
 namespace peerlink::nccl {
 
+struct RealNccl;
+
 // ncclResult_t of a C++ exception (the one mapping of peerlink's error types to NCCL's codes).
 ncclResult_t result_of(const std::exception& e);
 // Records `msg` as the last error (ncclGetLastError) and says it at WARN.
@@ -49,8 +52,16 @@ enum class Route { Peerlink, Real, Hier };
 
 }  // namespace peerlink::nccl
 
+// The first member of every ncclComm this library makes. The real NCCL loaded beside it calls a
+// few API functions on its own communicators (its ncclCommUserRank calls ncclCommGetAsyncError).
+// When the process bound those names to this library first -- torch loads the real libnccl.so.2
+// globally, so a later RTLD_DEEPBIND open of the same file cannot isolate it -- such calls arrive
+// here with a communicator of the real library: without this magic, and forwarded (foreign_comm).
+constexpr uint64_t kShimCommMagic = 0x6d6d6f636b6e6c70ULL;  // "plnkcomm"
+
 // The opaque type behind ncclComm_t (nccl.h declares `struct ncclComm`).
 struct ncclComm {
+  const uint64_t magic = kShimCommMagic;
   int rank = -1;
   int nranks = 0;
   int device = -1;  // CUDA device, or peerlink::kHostDevice on the host backend (test hook)
@@ -170,6 +181,11 @@ void warm_p2p(ncclComm* comm);
 
 // Guard that the caller's handle is one of ours and initialised.
 ncclResult_t check_comm(const ncclComm* comm, const char* what);
+
+// A communicator the real NCCL made and passed to one of this library's exports (kShimCommMagic):
+// the real library to forward the call to. Null for a null or peerlink communicator; *unusable is
+// set when it is foreign but no real NCCL is loaded (the call then fails with ncclInvalidArgument).
+const RealNccl* foreign_comm(const ncclComm* comm, const char* what, bool* unusable);
 
 // The fields of an ncclConfig_t that a peerlink communicator takes into its Options: maxCTAs, the
 // most blocks of any of its kernels (Options::max_blocks). The others are NCCL's own tuning.

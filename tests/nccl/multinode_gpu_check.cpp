@@ -165,25 +165,37 @@ void eager_checks() {
     sync();
     expect(r.get(c * g_n), [&](size_t i) { return val(static_cast<int>(i / c), g_rank * c + i % c, 8); }, "alltoall");
   });
-  check("send/recv all pairs (within and across nodes) in one group", [&] {
-    const size_t c = 777;
-    std::vector<Dev*> out, in;
-    for (int q = 0; q < g_n; ++q) {
-      out.push_back(new Dev(c));
-      in.push_back(new Dev(c));
-      out.back()->put(pattern(c, g_rank, 20 + q));
-    }
-    NC(ncclGroupStart());
-    for (int q = 0; q < g_n; ++q) {
-      NC(ncclSend(out[q]->p, c, ncclFloat, q, g_comm, g_stream));
-      NC(ncclRecv(in[q]->p, c, ncclFloat, q, g_comm, g_stream));
-    }
-    NC(ncclGroupEnd());
-    sync();
-    for (int q = 0; q < g_n; ++q) expect(in[q]->get(c), [&](size_t i) { return val(q, i, 20 + g_rank); }, "send/recv");
-    for (Dev* d : out) delete d;
-    for (Dev* d : in) delete d;
-  });
+  // One group of send/recv with the peers `with` accepts (payloads per peer), then the same with
+  // only this rank itself and with everyone but itself: a failure of the whole says which part.
+  auto pairs = [&](const char* name, const std::function<bool(int)>& with) {
+    check(name, [&] {
+      const size_t c = 777;
+      std::vector<Dev*> out, in;
+      for (int q = 0; q < g_n; ++q) {
+        out.push_back(new Dev(c));
+        in.push_back(new Dev(c));
+        out.back()->put(pattern(c, g_rank, 20 + q));
+      }
+      NC(ncclGroupStart());
+      for (int q = 0; q < g_n; ++q) {
+        if (!with(q)) continue;
+        NC(ncclSend(out[q]->p, c, ncclFloat, q, g_comm, g_stream));
+        NC(ncclRecv(in[q]->p, c, ncclFloat, q, g_comm, g_stream));
+      }
+      NC(ncclGroupEnd());
+      sync();
+      for (int q = 0; q < g_n; ++q) {
+        if (!with(q)) continue;
+        const std::string from = "send/recv from rank " + std::to_string(q);
+        expect(in[q]->get(c), [&](size_t i) { return val(q, i, 20 + g_rank); }, from.c_str());
+      }
+      for (Dev* d : out) delete d;
+      for (Dev* d : in) delete d;
+    });
+  };
+  pairs("send/recv all pairs (within and across nodes) in one group", [](int) { return true; });
+  pairs("send/recv with itself alone in a group", [](int q) { return q == g_rank; });
+  pairs("send/recv with every other rank in one group", [](int q) { return q != g_rank; });
 }
 
 // One graph: a two-level allreduce, an all_gather, a reduce_scatter and a ring of send/recv,

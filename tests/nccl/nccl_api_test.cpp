@@ -183,6 +183,30 @@ TEST(NcclApi, RoutingForeignIdsGoToRealNccl) {
   EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("another host"), std::string::npos);
 }
 
+// A communicator of the real NCCL reaching this library's exports (the real library calling its own
+// API, bound here): recognised and forwarded; with no real NCCL loaded (the host backend) every
+// query is ncclInvalidArgument naming it, and nothing of the object is read beyond its first word.
+TEST(NcclApi, ForeignCommunicatorsAreNotTakenForOurs) {
+  alignas(64) unsigned char not_ours[4096];
+  std::memset(not_ours, 0xab, sizeof not_ours);
+  auto* c = reinterpret_cast<ncclComm_t>(not_ours);
+  int v = -7;
+  ncclResult_t async = ncclSuccess;
+  EXPECT_EQ(ncclCommUserRank(c, &v), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("ncclCommUserRank: not a communicator of this library"),
+            std::string::npos)
+      << ncclGetLastError(nullptr);
+  EXPECT_EQ(ncclCommCount(c, &v), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommCuDevice(c, &v), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommGetAsyncError(c, &async), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommFinalize(c), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommRevoke(c, 0), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommAbort(c), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommDestroy(c), ncclInvalidArgument);
+  EXPECT_EQ(v, -7);
+  for (unsigned char b : not_ours) ASSERT_EQ(b, 0xab);
+}
+
 // Three processes: allreduce (several dtypes and ops, in and out of place), a send/recv ring in a
 // group, broadcast, all-gather, all-to-all, gather, scatter, split; payloads verified.
 TEST(NcclApi, ThreeProcessesCollectivesAndP2p) {
