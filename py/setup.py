@@ -146,6 +146,10 @@ class BuildExt(build_ext):
         # does not track, and a binding object older than a changed struct (Options) crashed in
         # Communicator() when a build directory was reused (2026-11-26).
         self.force = True
+        for attr in ("linker_so", "linker_so_cxx"):  # see _configure_torch_extension: one libstdc++
+            cmd = getattr(self.compiler, attr, None)
+            if isinstance(cmd, list):
+                setattr(self.compiler, attr, [a for a in cmd if a not in ("-static-libstdc++", "-static-libgcc")])
         compile_in_parallel(self.compiler, make_jobs())
         ext = self.extensions[0]
         torch_ext = next((e for e in self.extensions if e.name == TORCH_EXT), None)
@@ -179,7 +183,14 @@ class BuildExt(build_ext):
         ext.library_dirs += main.library_dirs + [TORCH["libdir"]]
         # torch's libraries are loaded by `import torch` before this module (peerlink.torch does it).
         ext.libraries += ["peerlink", "c10", "torch", "torch_cpu", "torch_python"]
+        # torch's libraries use the process's libstdc++.so.6; this module passes std::strings and
+        # streams to them (c10::str, c10d's Store), so it must use the same one. A toolchain that
+        # links libstdc++ statically by default (-static-libstdc++ in its specs or in Python's
+        # LDSHARED) gave the module a private copy whose iostreams were never initialised: the
+        # first c10::str of an integer crashed. Naming the shared library first binds every
+        # libstdc++ symbol to it, whatever the driver appends after.
         ext.extra_link_args += ["-Wl,-rpath,$ORIGIN"]
+        ext.libraries.insert(0, ":libstdc++.so.6")
 
     def _link_against_make_build(self, ext, pkg_dir):
         backend = detect_backend()
