@@ -59,9 +59,18 @@ def doc_text(path: Path) -> str:
     return path.read_text()
 
 
+TORCH_IMPORTABLE = importlib.util.find_spec("torch") is not None
+
+
+def needs_absent_torch(kind: str, name: str) -> bool:
+    """peerlink.torch imports torch; without torch its names cannot be resolved here (test_torch_cpu.py
+    checks them where torch is installed)."""
+    return not TORCH_IMPORTABLE and kind == "peerlink" and name.split(".")[0] == "torch"
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
 def test_every_documented_name_exists(doc):
-    names = names_in(doc_text(doc))
+    names = {(k, n) for k, n in names_in(doc_text(doc)) if not needs_absent_torch(k, n)}
     assert names, f"{doc}: no comm./req./peerlink. names in its code blocks"
     missing = sorted(f"{k}.{n}" for k, n in names if not resolves(k, n))
     assert not missing, f"{doc.name} documents names the package does not have: {missing}"
