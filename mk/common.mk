@@ -103,12 +103,12 @@ test: deps
 	@bash scripts/check_shm_clean.sh
 	@echo "make test: all steps passed"
 
-# Layering and getenv rule (issue 11.2); the script's self-test proves it can fail.
+# Layering and getenv rule; the script's self-test proves it can fail.
 test-layers:
 	bash scripts/check_layers.sh --self-test
 	bash scripts/check_layers.sh
 
-# libpeerlink.so exports the public API only (issue 11.4): no internal namespace in its dynamic
+# libpeerlink.so exports the public API only: no internal namespace in its dynamic
 # symbol table.
 test-exports: lib
 	bash scripts/check_layers.sh --exports $(LIB)

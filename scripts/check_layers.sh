@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Layering checks of issue 11, run by `make test` (targets test-layers, test-exports).
+# Layering checks, run by `make test` (targets test-layers, test-exports).
 #
 #   scripts/check_layers.sh [--root DIR]   the include and getenv rules on the tree at DIR (default: repo)
 #   scripts/check_layers.sh --self-test    builds fixture trees with one violation each and requires

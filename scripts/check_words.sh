@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project speaks of the software only: no words about how its work was organised in the user
-# documentation, the benchmark records, the headers, the sources, the tests and the scripts.
+# documentation, the benchmark records, the headers, the sources, the tests, the scripts and the build.
 #
 #   scripts/check_words.sh [--root DIR]   lists every offending line under DIR (default: the repo)
 #                                         and exits 1 when there is one
@@ -9,14 +9,17 @@
 #                                         check cannot pass silently
 #
 # Checked: README.md, CONTRIBUTING.md, docs/, py/README.md, benchmarks/results/*.md, include/,
-# src/, py/, tests/, scripts/, examples/ (text files only; CHANGELOG.md, which tells the history,
-# and the compressed log archives are not checked). Case-insensitive; the patterns are those of the
-# project's before-stop checklist: a session or a call with its number, an issue with its number
-# (with or without '#'), a defect with its '#' number, and the "pre" + "round" tree.
+# src/, py/, tests/, scripts/, examples/, benchmarks/ (its sources; of benchmarks/results/ only the
+# records above), tools/, mk/, .ci/ and the Makefiles (text files only; CHANGELOG.md, which tells
+# the history, and the compressed log archives are not checked). Case-insensitive; the patterns are
+# those of the project's before-stop checklist: a session with its number (after a space or a dash)
+# or a call with its number, an issue with its number (with or without '#'), a defect with its '#'
+# number, and the "pre" + "round" tree.
 set -euo pipefail
 
-PATTERN='\bsessions? [0-9]|\bcalls? [0-9]+\b|\bissue #?[0-9]+\b|defect #[0-9]|pre[-]round'
-PATHS=(README.md CONTRIBUTING.md docs py/README.md benchmarks/results include src py tests scripts examples)
+PATTERN='\bsessions?[- ][0-9]|\bcalls? [0-9]+\b|\bissue #?[0-9]+\b|defect #[0-9]|pre[-]round'
+PATHS=(README.md CONTRIBUTING.md docs py/README.md benchmarks/results include src py tests scripts examples
+       benchmarks tools mk .ci Makefile Makefile.cuda Makefile.rocm)
 
 files_of() {  # files_of ROOT: the checked files, one per line, relative to ROOT
   local root=$1 p
@@ -27,7 +30,9 @@ files_of() {  # files_of ROOT: the checked files, one per line, relative to ROOT
     elif [ "$p" = benchmarks/results ]; then
       (cd "$root" && find "$p" -maxdepth 1 -type f -name '*.md' | sort)
     else
-      (cd "$root" && find "$p" \( -name .git -o -name __pycache__ -o -name '*.egg-info' \) -prune -o \
+      # benchmarks/results/ is listed on its own above: its archive is history, not a record.
+      (cd "$root" && find "$p" \( -name .git -o -name __pycache__ -o -name '*.egg-info' \
+         -o -path benchmarks/results \) -prune -o \
          -type f ! -name '*.tar.xz' ! -name '*.png' -print | sort)
     fi
   done
@@ -68,6 +73,12 @@ self_test() {
   mk bad_preround   scripts/x.sh             "# the $r tree"
   mk bad_pyreadme   py/README.md             "${s^} 9 added this."
   mk bad_example    examples/x.py            "# $c 2"
+  mk bad_session_dash tests/x_test.cpp       "// the $s-22 reproduction"
+  mk bad_bench      benchmarks/common/x.h    "// stalled in $s 7 $c 8"
+  mk bad_tools      tools/x.cpp              "// $i 11.3"
+  mk bad_mk         mk/x.mk                  "# layering rule ($i 11.2)"
+  mk bad_makefile   Makefile                 "# $c 3"
+  mk bad_ci         .ci/run                  "# $d #4"
   for t in "$tmp"/*/; do
     name=$(basename "$t")
     case $name in clean_*) want=pass ;; *) want=fail ;; esac

@@ -109,7 +109,7 @@ if has colls; then  # the other collectives: GPU tests (2 ranks; 4 ranks on 2 GP
   PEERLINK_TEST_GPUS=2 PEERLINK_TEST_DEVICES=0 run_step colls_gtest_1gpu 120 $T \
     --gtest_filter='CollThreadsGpu.*:CollectivesGpu.Correctness:CollectivesGpu.GraphCaptureAndReplays'
   [ "${COLLS8:-1}" = 1 ] && PEERLINK_TEST_GPUS=2 PEERLINK_TEST_DEVICES=0,1,0,1,0,1,0,1 \
-    run_step colls_gtest8 300 $T --gtest_filter='CollectivesGpu.*'  # 8 ranks, 4 processes per GPU (issue 14)
+    run_step colls_gtest8 300 $T --gtest_filter='CollectivesGpu.*'  # 8 ranks, 4 processes per GPU
   for op in ${COLL_OPS:-all_gather reduce_scatter broadcast reduce alltoall}; do
     run_step colls_$op 90 $BUILD/bin/bench_collectives --op $op --gpus 0,1 -b 8 -e 256M -f 4 -n 20 -w 5 -d bfloat16 -G 1
   done
@@ -128,7 +128,7 @@ if has fused; then  # allreduce + residual add + RMSNorm (+ FP8): GPU tests (2 p
     CUDA_MODULE_LOADING=EAGER run_step fused_bench_torch 300 python3 benchmarks/bench_fused_torch.py
   fi
 fi
-if has vmm; then  # memory exported by descriptor (issue 15): capture, two communicators, first-use cost
+if has vmm; then  # memory exported by descriptor: capture, two communicators, first-use cost
   D=0,1; [ "$NGPU" -ge 2 ] || D=0,0
   PEERLINK_TEST_GPUS=2 PEERLINK_TEST_DEVICES=$D run_step vmm_gtest 180 $T --gtest_filter='*Vmm*:MpFdTwoComms*'
   PEERLINK_BENCH_DEVICES=$D run_step vmm_first_use 120 $BUILD/bin/bench_micro --benchmark_filter='FirstUse|Steady'

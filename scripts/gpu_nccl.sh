@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU checks of the NCCL-compatible library (issue 16), on a node with 2 GPUs and the torch wheel:
+# GPU checks of the NCCL-compatible library, on a node with 2 GPUs and the torch wheel:
 #   scripts/gpu_nccl.sh OUTDIR [BUILD_DIR]
 # 1. builds libpeerlink and libnccl.so.2 against the torch wheel's nccl.h; 2. every nccl* symbol
 # libtorch_cuda.so imports is exported by the shim (with LD_PRELOAD its NEEDED libnccl.so.2 is the

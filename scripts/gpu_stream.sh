@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU checks of stream-ordered send/recv (issue 13), on a node with 2 GPUs (e.g. nvidia-h200-x2):
+# GPU checks of stream-ordered send/recv, on a node with 2 GPUs (e.g. nvidia-h200-x2):
 #   scripts/gpu_stream.sh OUTDIR [BUILD_DIR]
 # 1. builds the CUDA library, tests and benchmarks; 2. the StreamGpu* gtests (both forms up to 64 MB,
 # 2,000 messages in flight, a group captured once and replayed 1,000 times with changing payloads,

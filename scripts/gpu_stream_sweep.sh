@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sweep of the stream-ordered send/recv knobs (issue 13 performance) on 2 GPUs, to pick defaults:
+# Performance sweep of the stream-ordered send/recv knobs on 2 GPUs, to pick defaults:
 #   scripts/gpu_stream_sweep.sh [BUILD_DIR] [OUTDIR]      (needs BUILD_DIR/bin/bench_transport built)
 # Every run is bench_transport --mode stream -G 1 (one-way = ping-pong round trip / 2 inside a CUDA
 # graph; payloads verified, `wrong` must be 0) with one knob setting; NCCL runs once, in the reference

@@ -148,13 +148,13 @@ inline int fork_ranks(int n, const std::function<int(int)>& body, std::chrono::s
 }
 
 // --threads: the `n` ranks as n threads of one forked child (the parent still never touches the GPU
-// runtime). On one GPU that is the single-GPU stand-in for a pair or a group: the ranks' kernels run
-// at once (one context), where two processes on one GPU time-slice. Nothing a rank does between its
-// collectives may wait for the whole device: in one context that waits for another rank's kernel,
-// which waits for this rank. (device::copy_sync synchronized the device until session 8 and stalled
-// bench_allreduce / bench_collectives at their second size on one H200, session 7 call 8; it now
-// waits for its own copy only.) A rank's exception is printed and counts as exit code 1; returns the
-// first non-zero code in rank order, after every thread ended.
+// runtime). On one GPU that is the single-GPU stand-in for a pair or a group: the ranks' kernels
+// run at once (one context), where two processes on one GPU time-slice. Nothing a rank does between
+// its collectives may wait for the whole device: in one context that waits for another rank's
+// kernel, which waits for this rank. (A device::copy_sync that synchronized the device stalled
+// bench_allreduce / bench_collectives at their second size on one H200; it waits for its own copy
+// only.) A rank's exception is printed and counts as exit code 1; returns the first non-zero code
+// in rank order, after every thread ended.
 inline int thread_ranks(int n, const std::function<int(int)>& body, std::chrono::seconds limit) {
   return fork_ranks(
       1,

@@ -1,4 +1,4 @@
-// First-use cost of a peer allocation exported by legacy handle vs by file descriptor (issue 15),
+// First-use cost of a peer allocation exported by legacy handle vs by file descriptor,
 // and the steady-state send_direct into each kind of destination.
 //
 //   BM_FirstUseMap/<kind>/<chunks>: one process exports fresh 64 MB allocations, another times

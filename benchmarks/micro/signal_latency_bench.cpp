@@ -1,4 +1,4 @@
-// The floor under the host-driven GPU path (issue 13, item 4): how long from the host's launch of
+// The floor under the host-driven GPU path: how long from the host's launch of
 // the small-send kernel (gpu::launch_copy_signal: copy, system fence, store of a completion value
 // into pinned host memory) until the host sees that value. A host-API message pays this once
 // per direction plus the transport's own work, so one-way minus this figure is what software

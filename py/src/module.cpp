@@ -306,7 +306,7 @@ void register_comm(py::module_& m) {
       }, py::return_value_policy::take_ownership)
       // The C++ send_direct, not isend + wait: on a timeout, a lost peer or Ctrl-C (its waits run
       // check_signals through Options::interrupt_check) it gives the message up before raising, so
-      // a returned call never reads the tensor again (issue 12 #3). The caller's frame keeps the
+      // a returned call never reads the tensor again. The caller's frame keeps the
       // tensor alive for the duration of the call.
       .def("send_direct", [](C& c, int peer, uintptr_t src, size_t len, uint32_t id, size_t offset,
                              uint64_t ver, std::optional<double> timeout_s) {

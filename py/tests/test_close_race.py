@@ -1,7 +1,7 @@
-"""Issue 12 defect #2 from Python: every blocking call releases the GIL, so another thread may
-close() the communicator while a call is blocked in it. The rule: the blocked call fails with
-peerlink.InvalidArgument ("closed") within the wait's ~20 ms poll, close() returns after it, and
-nothing crashes (before the fix: SIGSEGV in the blocked thread)."""
+"""close() racing blocked calls, from Python: every blocking call releases the GIL, so another
+thread may close() the communicator while a call is blocked in it. The rule: the blocked call fails
+with peerlink.InvalidArgument ("closed") within the wait's ~20 ms poll, close() returns after it,
+and nothing crashes (a transport freed under the blocked thread would be a SIGSEGV)."""
 import threading
 import time
 

@@ -132,7 +132,7 @@ def test_ctrl_c_interrupts_host_allreduce():
 def _send_direct(comm, ctx):
     """Ring completion: a send completes when the peer's irecv takes it, and the peer posts none.
     send_direct is the C++ call (not isend + wait): Ctrl-C and its own timeout end it promptly, and
-    the message is given up before the exception (issue 12 #3), so the tensor may be reused."""
+    the message is given up before the exception, so the tensor may be reused."""
     import time
 
     import peerlink

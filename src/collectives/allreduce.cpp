@@ -27,10 +27,10 @@ using common::cat;
 // so with 2 ranks one-shot wins up to 8 MB (LL up to 512 KB, see PEERLINK_ALLREDUCE_LL_MAX) and the
 // bandwidth kernel above; two-shot never wins there. One-shot pushes (n-1)x the bytes, so for more
 // ranks its window shrinks and two-shot takes the middle. 4x H200 (NVSwitch), nccl-tests
-// all_reduce_perf -g 4 -G 100 bf16, out of place, one-shot / two-shot / bandwidth, us (session 23
-// call 5): 256 KB 6.10 / 16.36 / 16.50, 1 MB 14.64 / 18.77 / 20.16, 4 MB 48.90 / 36.51 / 39.20,
+// all_reduce_perf -g 4 -G 100 bf16, out of place, one-shot / two-shot / bandwidth, us:
+// 256 KB 6.10 / 16.36 / 16.50, 1 MB 14.64 / 18.77 / 20.16, 4 MB 48.90 / 36.51 / 39.20,
 // 16 MB 179.3 / 115.1 / 115.5, 64 MB 664.0 / 433.9 / 389.6 (NCCL's best 11.33, 17.98, 40.67, 98.49,
-// 319.4): one-shot to 1 MB for 3-4 ranks when every pair is NVLink. By auto then (call 6): 4 ranks
+// 319.4): one-shot to 1 MB for 3-4 ranks when every pair is NVLink. By auto with that rule: 4 ranks
 // 512 KB 8.86, 1 MB 14.65, 2 MB 23.96 (two-shot; NCCL 14.21, 17.97, 23.66); 3 ranks 1 MB 10.39.
 // One-shot at 2 MB, 3-4 ranks over PCIe (256 KB, the old estimate: one-shot moves 1.5-2x the
 // bytes two-shot does), and every bound for 5+ ranks are not measured (PEERLINK_ALLREDUCE_ALGO
@@ -54,7 +54,7 @@ AllreduceAlgo resolve(AllreduceAlgo forced, int world, size_t bytes, bool host, 
 
 // Auto takes the zero-copy allreduce (zc_allreduce.cpp) when sendbuf and recvbuf lie in windows
 // every rank mapped and this says so. nccl-tests all_reduce_perf -G 100 bf16, us, zero-copy (forced,
-// or auto as landed) against the bandwidth kernel and NCCL's best (session 24 calls 1-2 and 8):
+// or auto as chosen) against the bandwidth kernel and NCCL's best:
 //   2x H200:  4 MB 51.3 / 23.3, 16 MB 110.9 / 60.5, 64 MB 228.2 / 206.4, 256 MB 828.8 / 780.8 (NCCL
 //             46.5, 72.2, 232.1, 861.9): never (its reads and stores share both directions of the one
 //             link; the bandwidth kernel only stores, and one-shot takes up to 8 MB anyway);
@@ -100,7 +100,7 @@ bool zero_copy_windows(coll::CollState& st, AllreduceAlgo forced, const void* sr
 }
 
 // One-shot messages above this many bytes take LL128 lines rather than LL lines when both can
-// (2x H100, graph, bf16, session 17: LL / LL128 3.44 / 3.63 us at 128 KB, 4.29 / 3.98 at 256 KB,
+// (2x H100, graph, bf16: LL / LL128 3.44 / 3.63 us at 128 KB, 4.29 / 3.98 at 256 KB,
 // 6.14 / 4.76 at 512 KB; the flag kernel 9.68 and LL128 6.85 at 1 MB, 20.82 / 19.74 at 4 MB).
 constexpr size_t kLl128Above = size_t(128) << 10;
 
@@ -190,10 +190,10 @@ void device_allreduce(coll::CollState& st, const void* src, void* dst, size_t co
     // block per SM: a second pass costs more than a shared SM (2x H100, 1 MB: 132 blocks of 512
     // threads 7.01 us, 160 blocks 6.52); 1024 threads from 2 MB (4 MB: 160 x 1024 18.81 us, 160 x
     // 512 20.36, 132 x 512 19.47). 448 threads (14 warps) up to 2 MB: 1 MB fills 157 blocks, not
-    // 137. 2x H200, bench_allreduce -G 1 bf16, three rounds each (session 20 call 6), 512 / 448
+    // 137. 2x H200, bench_allreduce -G 1 bf16, three runs each, 512 / 448
     // threads: 512 KB 4.32-4.33 / 4.31-4.33 us, 1 MB 5.99-6.01 / 5.93-5.96, 2 MB 10.02-10.04 /
     // 9.93-9.96 (384: 4.22-4.24, 6.42-6.45, 10.45-10.51; 576: 4.44-4.45, 5.97-6.00, 9.69-9.70);
-    // call 7, another machine: 1 MB 5.96-6.00 / 5.90-5.95, 2 MB 10.01-10.03 / 9.91-9.96. Not
+    // another 2x H200 machine: 1 MB 5.96-6.00 / 5.90-5.95, 2 MB 10.01-10.03 / 9.91-9.96. Not
     // measured on H100.
     if (st.threads() <= 0) a.threads = bytes > (size_t(2) << 20) ? 1024 : 448;
     a.threads = std::max(64, a.threads / 64 * 64);
@@ -238,7 +238,7 @@ AllreduceAlgo allreduce_algo_for(Communicator& comm, size_t bytes) {
 }
 
 void allreduce_check(Communicator& comm) {
-  auto call = detail::services(comm).begin("allreduce_check");  // close() waits for us (defect #2)
+  auto call = detail::services(comm).begin("allreduce_check");  // close() waits for us (in-flight rule)
   coll::CollState& st = coll::coll_state(comm);
   auto g = st.lock_calls();
   check_device_error(st);
@@ -260,7 +260,7 @@ void allreduce(Communicator& comm, const void* sendbuf, void* recvbuf, size_t co
     throw InvalidArgument(cat("allreduce: sendbuf ", sendbuf, " and recvbuf ", recvbuf, " overlap partially (",
                               bytes, " bytes); pass the same pointer for in place"));
   // In flight from here to the return: close() on another thread wakes our waits (they throw
-  // InvalidArgument "closed") and frees nothing before we left (defect #2).
+  // InvalidArgument "closed") and frees nothing before we left (the in-flight rule, comm_impl.h).
   auto call = detail::services(comm).begin("allreduce");
   if (comm.world_size() == 1) return coll::one_rank_copy(detail::services(comm), recvbuf, sendbuf, bytes, stream);
   coll::CollState& st = coll::coll_state(comm);

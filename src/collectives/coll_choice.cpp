@@ -46,10 +46,10 @@ static bool ce_kind(int kind) { return kind == coll::kAllGather || kind == coll:
 bool zc_kind(int kind) { return kind != coll::kAllToAllV; }
 
 // Auto selection of the reducing kinds' pull (reads of the peers' sendbufs through the window):
-// from pieces of this many bytes. 2x H200, bf16, graph, us push / pull / NCCL best (session 11
-// call 6): reduce_scatter 16 MB 35.4 / 38.1 / 49.0, 64 MB 134.9 / 114.4 / 165.1, 256 MB 498.4 /
+// from pieces of this many bytes. 2x H200, bf16, graph, us push / pull / NCCL best:
+// reduce_scatter 16 MB 35.4 / 38.1 / 49.0, 64 MB 134.9 / 114.4 / 165.1, 256 MB 498.4 /
 // 414.2 / 590.7 (pieces: half); reduce 64 MB 187.3 / 196.0 / 197.0, 256 MB 752.6 / 733.1 / 738.1,
-// 128 MB: call 7 (benchmarks/results/2026-11-26-h200x2.md).
+// 128 MB: benchmarks/results/2026-11-26-h200x2.md.
 static size_t pull_min(int kind) { return kind == coll::kReduceScatter ? size_t(32) << 20 : size_t(128) << 20; }
 
 // The buffer whose window the zero-copy path uses, and its bytes on this rank: recvbuf for the
@@ -64,7 +64,7 @@ const void* zc_buffer(const coll::CollDesc& d, const void* src, const void* dst,
 // is the collective's parsed algo option.
 static bool zc_wanted(const Options& o, const CollCall& c, CollAlgo forced) {
   if (forced == CollAlgo::ZeroCopy) return true;
-  // reduce on 3+ ranks: the zero-copy root pulls every peer's whole sendbuf (4x H200, session 22:
+  // reduce on 3+ ranks: the zero-copy root pulls every peer's whole sendbuf (4x H200:
   // 256 MB 2177 us against NCCL's 752); the two-hop plan's root takes the buffer in once.
   if (c.d.kind == coll::kReduce && c.d.world >= 3) return false;
   const size_t piece_bytes = coll::local_max_piece(c.d) * c.d.elem;
@@ -140,7 +140,7 @@ CollAlgo choose_algo(const coll::CollState& st, const CollCall& c, const coll::W
   if (ll_max > 0 && piece_bytes <= ll_max) return CollAlgo::LL;
   // Rooted kinds on 3+ ranks: the push path's root link carries the buffer world - 1 times, the
   // two-hop plan's about once for one more step (coll_plan.h). Chosen by that count: NOT YET
-  // MEASURED on 3+ GPUs (none was lent in session 25; its correctness ran on one and two GPUs).
+  // MEASURED on 3+ GPUs (its correctness is tested on one and two GPUs).
   return coll::rooted(c.d.kind) && st.world() >= 3 ? CollAlgo::TwoHop : CollAlgo::Push;
 }
 

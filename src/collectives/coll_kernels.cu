@@ -119,7 +119,7 @@ __device__ __forceinline__ bool wait_line(const LaunchArgs& a, int from, const c
 
 // One instantiation per kind (Kind == d.kind): the kind's branches fold away, so a launch runs a
 // short straight-line body. One-GPU stand-in, graph, 8 B-32 KB, A/B against one kernel for all
-// kinds (session 8 call 10): all_gather -0.3 us, broadcast and all_to_all -0.45, reduce -0.3,
+// kinds: all_gather -0.3 us, broadcast and all_to_all -0.45, reduce -0.3,
 // reduce_scatter -0.15.
 template <typename T, int Op, int Kind>
 __global__ void __launch_bounds__(1024) coll_ll_kernel(CollLaunchArgs c) {
@@ -131,12 +131,12 @@ __global__ void __launch_bounds__(1024) coll_ll_kernel(CollLaunchArgs c) {
   auto words = [](size_t bytes) { return (bytes + 7) / 8; };
   auto al8 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7) == 0; };
   // The thread's first word for the first peer is loaded while the counter read is in flight, as
-  // allreduce's LL kernel does: one memory latency less per call (stand-in, session 9 call 1:
+  // allreduce's LL kernel does: one memory latency less per call (stand-in:
   // all_gather 2.26 -> 2.07 us, all_to_all 2.35 -> 2.15 at 4 KB). Only whole words and 4-byte
   // tails, one aligned load each: a misaligned piece's eight byte loads there made an 8 B
-  // all_to_all 0.1 us slower (session 8 call 6), and with a partial last word loaded byte by byte
+  // all_to_all 0.1 us slower, and with a partial last word loaded byte by byte
   // here, one all_gather case (bf16, 501 elements, 2 processes on one GPU) got one wrong byte,
-  // every run (session 8 call 11, session 9 call 1; memcheck clean, the SASS's scoreboard waits
+  // every run (memcheck clean, the SASS's scoreboard waits
   // looked right; cause not found). The partial word is loaded after the counter read instead.
   const int p0 = me == 0 ? 1 : 0;
   const size_t wf = w0 + threadIdx.x;

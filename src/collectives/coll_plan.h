@@ -145,7 +145,7 @@ PL_HD size_t sub_range(size_t count, size_t step, size_t chunk, size_t rel, size
 
 // ---- Two-hop plan of the rooted kinds (CollAlgo::TwoHop: broadcast, reduce) ------------------
 // The plain push sends the whole buffer between the root and every peer, so the root's link carries
-// it world - 1 times (4x H200, session 22: reduce 128 MB 1098 us against NCCL's 387). Two hops
+// it world - 1 times (4x H200: reduce 128 MB 1098 us against NCCL's 387). Two hops
 // instead: the count is cut into world - 1 shards, shard i owned by non-root rank owner_rank(i).
 // Step k (k = 0 .. chunks of a shard; one step more than the push path) sends two things at once:
 //   first hop, chunk k:       reduce: every rank (the root too) pushes chunk k of shard i to its

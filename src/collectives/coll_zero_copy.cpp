@@ -181,18 +181,18 @@ void host_relay(CollState& st, uint64_t tag, const ZcRelayArgs& r, const std::st
 
 // Grid of the copy kernel: push blocks x threads (Options::allreduce_blocks / allreduce_threads
 // override them), plus own-piece blocks. 2x H200, bf16, graph, zero-copy forced, us at 16 / 64 /
-// 256 MB (session 11 call 2): all_gather 16x512 32.6/109.1/414.2, 32x512 32.4/104.4/385.4,
+// 256 MB: all_gather 16x512 32.6/109.1/414.2, 32x512 32.4/104.4/385.4,
 // 64x512 31.8/101.4/377.3, 116x512 31.8/101.5/376.7, 32x1024 32.5/104.2/398.2, 64x1024
 // 32.1/103.5/382.2; all_to_all and broadcast alike (broadcast 256 MB: 796 / 740 / 737 / 735 / 737 /
 // 745). Copy engines instead (Options::coll_zero_copy_ce, 1 or 2 lanes) measured 555-558 us for
-// all_gather and 965-976 for broadcast at 256 MB then; session 23 (2x H200, nccl-tests, 1 lane)
-// measured 375 and 704: the engines now win from 128 MB pushes (Options::coll_zero_copy_ce_min).
+// all_gather and 965-976 for broadcast at 256 MB in that setup, and 375 and 704 under nccl-tests
+// (2x H200, 1 lane): the engines win from 128 MB pushes (Options::coll_zero_copy_ce_min).
 constexpr int kZcPushBlocks = 64, kZcOwnBlocks = 16, kZcThreads = 512;
 // Blocks of 512 threads of the pull kernel: kMaxBlocks (160), more than one per SM of an H200 (132):
-// more loads in flight. 2x H200, reduce_perf -g 2 -G 100 bf16, out of place, us (session 23 calls 3
-// and 4), 132 / 160 / 264 blocks: 128 MB 374.8-375.6 / 374.7-374.9 / 375.9-376.2, 256 MB 735.3-736.0 /
+// more loads in flight. 2x H200, reduce_perf -g 2 -G 100 bf16, out of place, us,
+// 132 / 160 / 264 blocks: 128 MB 374.8-375.6 / 374.7-374.9 / 375.9-376.2, 256 MB 735.3-736.0 /
 // 732.2-732.7 / 733.4-733.5 (NCCL's best 375.4 / 735.5). reduce_scatter 128 MB with 132 / 264:
-// 215.0-215.3 / 217.1-217.2 (NCCL's best 302-306 in session 21).
+// 215.0-215.3 / 217.1-217.2 (NCCL's best 302-306).
 constexpr int kZcPullBlocks = kMaxBlocks;
 
 // Push and own-copy blocks of one zero-copy kernel within the agreed grid cap (CollState::grid_cap):

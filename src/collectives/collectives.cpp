@@ -102,7 +102,7 @@ void device_run(coll::CollState& st, const Call& c, CollAlgo algo, const coll::W
 }
 
 void run(Communicator& comm, Call& c, void* stream) {
-  auto call = detail::services(comm).begin(c.name);  // close() waits for us (defect #2)
+  auto call = detail::services(comm).begin(c.name);  // close() waits for us (in-flight rule)
   if (comm.world_size() == 1) {
     c.d.rank = 0;
     c.d.world = 1;

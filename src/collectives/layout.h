@@ -33,10 +33,10 @@ constexpr size_t kHostLl128Max = size_t(16) << 10;  // host backend: LL128 piece
 
 // Threads per block of the GPU LL kernels (allreduce's and the other collectives'), for a message
 // (allreduce) or largest piece of `bytes`. One 8-byte word per thread, so fewer threads spread it
-// over more blocks and SMs. The fastest measured per size; allreduce, 2x H200, graph, bf16 (session
-// 5): 128 / 256 / 512 threads 1.97 / 1.98 / 2.05 us at 8 B, 2.23 / 2.23 / 2.42 at 8 KB, 2.40 / 2.45 /
+// over more blocks and SMs. The fastest measured per size; allreduce, 2x H200, graph, bf16:
+// 128 / 256 / 512 threads 1.97 / 1.98 / 2.05 us at 8 B, 2.23 / 2.23 / 2.42 at 8 KB, 2.40 / 2.45 /
 // 2.56 at 32 KB, 3.05 / 3.04 / 3.13 at 128 KB, 7.57 / 6.61 / 5.44 at 512 KB. The one-GPU stand-in
-// agrees (session 8 calls 3 and 5: allreduce 128 best or tied to 64 KB, 256 at 128 KB, 512 from
+// agrees (allreduce 128 best or tied to 64 KB, 256 at 128 KB, 512 from
 // 256 KB; the other collectives 0.1-0.25 us faster with 128 than 512 from 8 B to 32 KB).
 inline int ll_threads(size_t bytes) {
   if (bytes <= (size_t(64) << 10)) return 128;

@@ -1,7 +1,7 @@
 // Communicators of one rank: every collective there is the identity on the rank's own input, so a
 // call is one copy of its piece from sendbuf to recvbuf, and nothing in place, as NCCL does for
 // nranks 1. The kernel paths cost more there. One H200, nccl-tests -g 1 -G 100, us, peerlink's
-// kernels / NCCL (session 26 call 1): all_reduce 8 B 1.45 / 0.95, 128 MB 81.6 / 64.3, in place
+// kernels / NCCL: all_reduce 8 B 1.45 / 0.95, 128 MB 81.6 / 64.3, in place
 // 81.4 / 0.02; all_gather, reduce_scatter, broadcast, reduce, alltoall 128 MB 95 / 64.3.
 #pragma once
 #include <cstddef>

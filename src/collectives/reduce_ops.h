@@ -126,7 +126,7 @@ template <int Op> struct Apply {
 // kernel and host loop reduces all ranks at once). Identity but for Avg: a float sum is multiplied
 // by 1/n (in the accumulation type, so f16/bf16 round once after it; exact for a power-of-two n, as
 // a division would be, and within an ulp of it otherwise: a true division per element made a bf16
-// reduce_scatter of 2 MB 40 % slower on the one-GPU stand-in, session 27 call 1); an integer
+// reduce_scatter of 2 MB 40 % slower on the one-GPU stand-in); an integer
 // divides its wrapped sum, rounding toward zero, as NCCL's ncclAvg does for signed types (on the
 // magnitude: no overflow at the minimum).
 template <int Op, typename A>

@@ -2,7 +2,8 @@
 // collectives are set up: its two exported allocations (flags, data) and the geometry it assumes.
 // A record read back from the allgather is untrusted (shared memory any rank of the job can
 // write): parse_setup_record() checks every field against what this rank expects before any
-// offset is added to a mapped base (issue 12 defect #6). Pure: bytes in, record or InvalidArgument.
+// offset is added to a mapped base (a faulty or hostile peer must not make this rank write outside
+// its mappings). Pure: bytes in, record or InvalidArgument.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -59,7 +60,7 @@ SetupRecord parse_setup_record(const void* raw, size_t bytes, int from, const Se
 // sm_count, the smallest multiprocessor count; cap, the most blocks of any collective kernel. The
 // cap is the smallest grid_max, and where ranks of one process share a GPU (threads), that GPU's
 // multiprocessors divided among them: each spins for the others, so all their blocks must be
-// resident at once (a full grid each hung until the device timeout; one H200, session 26 calls 4-5).
+// resident at once (a full grid each hung until the device timeout; one H200).
 struct GridAgreement {
   int sm_count = 0;
   int cap = 0;

@@ -102,8 +102,8 @@ void host_run(CollState& st, uint64_t tag, const Shard& sh, int dtype, int op, c
 }
 
 // Blocks of 512 threads, one 16-byte vector per thread at least. 64, not the 160 of reduce's pull
-// (coll_zero_copy.cpp): all_reduce_perf -G 100 bf16, us, 160 / 132 / 64 blocks (session 24 calls
-// 1-2): 4x H200 16 MB 257.5 / 128.9 / 106.0, 64 MB 375.9 / 378.2 / 354.3, 256 MB 1378 / 1301 / 1322;
+// (coll_zero_copy.cpp): all_reduce_perf -G 100 bf16, us, 160 / 132 / 64 blocks:
+// 4x H200 16 MB 257.5 / 128.9 / 106.0, 64 MB 375.9 / 378.2 / 354.3, 256 MB 1378 / 1301 / 1322;
 // 2x H200 16 MB 110.6 / - / 62.6. More blocks keep more reads and stores in flight at once, and
 // the link serves them worse.
 constexpr int kZcAllreduceBlocks = 64;

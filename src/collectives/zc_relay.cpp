@@ -8,8 +8,8 @@
 namespace peerlink::coll {
 
 // Chunks of at least 128 KB (a chunk is one block's copy followed by one flag). 4x H200, nccl-tests
-// broadcast_perf -g 4 -G 100, out of place us at 16 / 32 / 64 / 128 MB, two rounds (session 22
-// call 6): 128 KB 78.1 / 135.1 / 243.8 / 463.7, 256 KB 85.2 / 148.1 / 240.1 / 464.0, 1 MB 110.3 /
+// broadcast_perf -g 4 -G 100, out of place us at 16 / 32 / 64 / 128 MB, two runs each:
+// 128 KB 78.1 / 135.1 / 243.8 / 463.7, 256 KB 85.2 / 148.1 / 240.1 / 464.0, 1 MB 110.3 /
 // 170.6 / 297.4 / 546.0, 4 MB 300.9 / 316.4 / 400.8 / 679.5 (NCCL best 88.7 / 137.1 / 233.4 /
 // 422.6). From 64 MB the chunk is part / kRelayMaxChunks (333 KB at 128 MB): smaller ones would need
 // more flags than the inbox has slots.

@@ -71,7 +71,7 @@ void ArmedLane::send(void* dst, const void* src, size_t bytes, void* flag_dev, u
     throw InvalidArgument(common::cat("armed send of ", bytes, " bytes (at most ", kArmedMaxBytes, ")"));
   if (!armed_ || Clock::now() - armed_at_ > kDeadman / 10) {
     // Nothing waits: a plain launch (its arguments in the launch, no slot to read: 10.1 us to the
-    // flag against 12.4 for a kernel launched with its slot filled, calls 4-5).
+    // flag against 12.4 for a kernel launched with its slot filled).
     disarm();
     launch_copy_signal(dst, src, bytes, flag_dev, value, stream_.get());
     return;
@@ -79,7 +79,7 @@ void ArmedLane::send(void* dst, const void* src, size_t bytes, void* flag_dev, u
   const uint64_t seq = armed_;  // == last_: the newest seq handed out
   ArmedField* f = slot_for(seq)->f;
   // The kernel goes on to seq + 1 after this send: armed from now, so a burst's next send needs no
-  // launch (8 B, 8 in flight, a launch per send cost 11.7 us per message, session 14 call 6).
+  // launch (8 B, 8 in flight, a launch per send cost 11.7 us per message).
   armed_ = last_ = seq + 1;
   armed_at_ = Clock::now();
   put(f[kArmedSrc], seq, reinterpret_cast<uint64_t>(src));

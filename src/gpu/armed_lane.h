@@ -2,7 +2,7 @@
 // kernel costs the host 4.2-5.2 us on the 2x H100 machine (cudaLaunchKernel and cuLaunchKernel
 // alike), and a launched copy + system fence + completion store reaches host memory 5.6 us after
 // that; a kernel already waiting for its descriptor in device-visible host memory takes 4.4 us from
-// the host's store of the descriptor to the completion it sees (session 14 calls 3-5). So after
+// the host's store of the descriptor to the completion it sees. So after
 // every send the lane keeps a kernel waiting for the next one: it polls the next slot until the
 // host fills it (the message starts at once) or cancels it, and after a send goes on to the slot
 // after, so a burst costs no launch per message. Only the host decides between fill and cancel,
@@ -10,7 +10,7 @@
 // than the window (idle()), and before it sleeps. Idle cost: one polling block on the GPU for about
 // the window after the last send; a cudaDeviceSynchronize in that time waits for it.
 // A stream wait on a host-memory doorbell (cuStreamWaitValue64) instead of a polling kernel
-// measured 18.3 us fill-to-completion (call 2): not used.
+// measured 18.3 us fill-to-completion: not used.
 #pragma once
 #include <chrono>
 #include <cstddef>

@@ -243,7 +243,7 @@ class DeviceBackend final : public Backend {
   AllocRange find_allocation(const void* p, size_t len) override {
     DeviceGuard dg(dev_);
     // Pointer queries and, for VMM memory, cuMemRetainAllocationHandle/cuMemRelease: no stream work,
-    // made legal while the caller's stream is being captured (publish during capture, issue 15.3).
+    // made legal while the caller's stream is being captured (publish during capture).
     RelaxedCaptureMode relaxed;
     if (!is_device_pointer(p))
       throw InvalidArgument(cat("pointer ", p, " is not device memory (device ", dev_, ")"));

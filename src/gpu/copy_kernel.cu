@@ -30,8 +30,8 @@ __global__ void copy_and_signal(char* dst, const char* src, size_t bytes, unsign
 // Sends armed before their messages (runtime.h, launch_armed_send). Thread i < kArmedFields polls
 // field i with one 16-byte load per look ({seq, value} arrive together: a 16-byte PCIe read of
 // one line is one snapshot), so the fields cost one host-memory latency, not five in a row (five
-// volatile 8-byte reads after the doorbell measured 3.3-3.7 us on 2x H100, session 14 call 3;
-// the whole armed send from the host's fill to its flag 4.4 us, call 4). After a send the kernel
+// volatile 8-byte reads after the doorbell measured 3.3-3.7 us on 2x H100;
+// the whole armed send from the host's fill to its flag 4.4 us). After a send the kernel
 // goes on to the next slot, so a burst costs no launch per message.
 __global__ void __launch_bounds__(256) armed_send(ArmedSlot* slots, unsigned long long first_seq,
                                                   unsigned long long deadman_ns, unsigned long long* consumed) {

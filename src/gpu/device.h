@@ -156,8 +156,8 @@ inline void launch(void (*kernel)(Params...), unsigned grid, unsigned block, rt:
 // context. A collective that launches several kernels per call (an entry step that waits for the
 // peers, then copies, then an exit step) would then wait for its own entry step, which waits for
 // the peers' calls that the same host thread issues next (nccl-tests -g 2: one thread, several
-// devices): 2x H200, broadcast_perf -g 2 -R 2 -b 2M, the first zero-copy call timed out (session 22
-// call 4). Loading such kernels when the communicator is set up takes that sync out of the calls.
+// devices): 2x H200, broadcast_perf -g 2 -R 2 -b 2M, the first zero-copy call timed out.
+// Loading such kernels when the communicator is set up takes that sync out of the calls.
 template <typename... Params>
 inline void preload(void (*kernel)(Params...)) {
 #if !defined(PEERLINK_HIP)

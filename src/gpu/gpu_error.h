@@ -21,7 +21,7 @@ inline std::string format_gpu_error(const std::string& call, int code, const cha
   m += "code " + std::to_string(code) + ")";
   // Code 3 is the runtime's and the driver's "initialization error" (CUDA and HIP alike). Its usual
   // cause in a multi-process job: the process was forked from one that had already used the GPU
-  // (seen in session 15 when fork-based tests ran after a test that used CUDA in the parent).
+  // (as when fork-based tests run after a test that used CUDA in the parent).
   if (code == 3)
     m += "; a process forked after its parent used the GPU cannot use it: start the ranks with spawn "
          "(or before the parent's first GPU call)";

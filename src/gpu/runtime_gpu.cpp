@@ -258,7 +258,7 @@ void memcpy_async(void* dst, const void* src, size_t bytes, Stream s) {
 // landed: both wait for the legacy default stream that carried them, and for nothing else. A device
 // synchronization would also wait for every other stream's kernels, among them another
 // communicator's kernel spinning on a peer that this thread's caller is about to serve (two ranks
-// as threads of one process stalled that way in bench_allreduce, session 7 call 8).
+// as threads of one process stalled that way in bench_allreduce).
 void memcpy_sync(void* dst, const void* src, size_t bytes) {
   CALL(Memcpy, dst, src, bytes, rt::kMemcpyDefault);
   CALL(StreamSynchronize, rt::Stream{});

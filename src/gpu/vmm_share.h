@@ -34,7 +34,7 @@ class VmmShare {
  private:
   // One reference to each chunk's allocation handle, held while an export names the chunk by the
   // handle's value: released, the value may be given to the next allocation at the same address,
-  // which then looks like the old chunk (suspected in session 14: a stale write after a freed
+  // which then looks like the old chunk (the suspected cause of a stale write after a freed
   // expandable segment was republished on one GPU).
   class HeldHandles {
    public:

@@ -121,7 +121,7 @@ bool overlaps(const char* a, size_t an, const char* b, size_t bn) { return an &&
 // sendrecv and alltoall in place): each received chunk waits until the send read it
 // (transport/stream_gate.h), up to kGateCap chunks per peer and launch, 1 GB of 128 KB chunks; up
 // to kEngineOrderedBytes per group here. nccl-tests sendrecv_perf -g 2 -G 100 in place, 2x H100:
-// see benchmarks/results/2026-11-28-h100x2.md (session 19).
+// see benchmarks/results/2026-11-28-h100x2.md.
 constexpr size_t kEngineOrderedBytes = size_t(512) << 20;
 bool exact_pair(const Op* s, const Op* r) {
   return s->send_src == r->recv_dst && s->send_bytes == r->recv_bytes && s->stream == r->stream;
@@ -178,7 +178,7 @@ void stage_overlapping_sends(ncclComm* comm, std::vector<Op*>& ops) {
 // issued inside one real NCCL group. One at a time, outside a group, they deadlock: NCCL connects a
 // pair at the group end of its first send, which waits for the peer's matching receive, and the
 // peer is itself inside its own first send (nccl-tests sendrecv_perf hung so on 2x H200 whenever a
-// pair relayed, session 5). The real communicator is created before the group opens: an init
+// pair relayed). The real communicator is created before the group opens: an init
 // inside a real group completes only at its end, too late for the ops that use it.
 ncclResult_t run_forwarded_p2p(ncclComm* comm, std::vector<Op*>& ops) {
   bool any = false;

@@ -94,14 +94,14 @@ bool use_p2p_plan(ncclComm* c, size_t block, const void* send, size_t send_bytes
   // Captured, a plain recvbuf gets a window of its own (collectives/graph_windows.h) and the
   // collective's zero-copy path beats the plan: 2x H100, nccl-tests -g 2 -G 100 -R 0, 128 MB
   // all_to_all, plan / collective (bench_collectives, plain buffers): 202.5 / 196.3 us out of place,
-  // 293.0 staged in place (session 14 call 1); all_gather 32 MB 63.8 / 59.0 (session 13 calls 1-2).
+  // 293.0 staged in place; all_gather 32 MB 63.8 / 59.0.
   if (c->device >= 0 && o.coll_graph_register != 0 && o.coll_zero_copy_min > 0 && block >= o.coll_zero_copy_min &&
       device::is_capturing(stream))
     return false;
   return !(window_zero_copy(*c->pl, send, send_bytes) && window_zero_copy(*c->pl, recv, recv_bytes));
 }
 
-// 2x H200, nccl-tests alltoall_perf -g 2 -G 100 in place, plan / collective us (session 21 call 5):
+// 2x H200, nccl-tests alltoall_perf -g 2 -G 100 in place, plan / collective us:
 // 32 MB 59.83 / 59.68-59.74, 64 MB 106.15-106.16 / 109.39-109.43, 128 MB 198.36-198.43 /
 // 208.65-208.77, 256 MB 382.45-382.56 / 405.49-406.84 (NCCL's best of -R 0 / -R 2: 59.58, 106.36,
 // 201.65, 385.36).
@@ -117,7 +117,7 @@ bool swap_by_p2p_plan(ncclComm* c, size_t block) {
 
 // A rank's own block in a p2p plan. With one rank there is nothing for the group's kernel to run
 // beside it, and a copy is faster (one H200, nccl-tests gather -g 1 -G 100, us, engine / NCCL's
-// copy: 64 B 1.11 / 0.94, 128 MB 78.1 / 64.3; session 26 call 1).
+// copy: 64 B 1.11 / 0.94, 128 MB 78.1 / 64.3).
 void group_copy(ncclComm* c, void* dst, const void* src, size_t bytes, void* stream) {
   if (bytes == 0 || dst == src) return;
   if (c->device < 0 || c->nranks == 1) return local_copy(c, dst, src, bytes, stream);
@@ -152,8 +152,8 @@ void p2p_recv(ncclComm* c, int peer, void* buf, size_t bytes, void* stream) {
 
 // Every op but a PreMulSum is the identity on one rank, in any dtype: a copy, nothing in place
 // (int8 / uint8 / fp8 and unsigned max / min / avg included, which would otherwise go to a real NCCL
-// communicator made for them; NCCL 2.28.9 itself refuses fp8 avg on one rank: invalid argument,
-// session 26 call 2).
+// communicator made for them; NCCL 2.28.9 itself refuses fp8 avg on one rank: invalid
+// argument).
 bool one_rank_reduction(ncclComm* c, const char* what, ncclRedOp_t op) {
   if (c->route != Route::Peerlink || c->nranks != 1 || op >= ncclNumOps) return false;
   say(c, what, "a copy (one rank)");

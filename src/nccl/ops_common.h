@@ -10,7 +10,7 @@
 #include "real_nccl.h"
 #include "shim.h"
 
-// ==== peerlink's own collectives (include/peerlink/collectives.h, issue 14), ONE LINE PER OP ====
+// ==== peerlink's own collectives (include/peerlink/collectives.h), ONE LINE PER OP ====
 // 1 = call peerlink's collective (up to 8 ranks, the dtypes of pl_dtype; otherwise the p2p plan or
 // the real NCCL as described above); 0 = the p2p plan (broadcast, all-gather, all-to-all) or
 // forwarding (reduce, reduce-scatter) only.
@@ -135,7 +135,7 @@ void local_copy(ncclComm* c, void* dst, const void* src, size_t bytes, void* str
 // The same inside the batch's peerlink group: a send + recv to this rank itself, which the group's
 // kernel copies beside its other messages instead of before them (gather / scatter / alltoall's own
 // piece: 256 MB gather out of place on 2x H200, one process: 439 us with the copy before the kernel
-// against 373 in place, session 12 call 2).
+// against 373 in place).
 void group_copy(ncclComm* c, void* dst, const void* src, size_t bytes, void* stream);
 // Send/recv of `c` with `peer`, inside the batch's peerlink group; to itself: matched FIFO here.
 void p2p_send(ncclComm* c, int peer, const void* buf, size_t bytes, void* stream);

@@ -24,7 +24,7 @@ std::mutex g_check_mu;  // held across a live copy check (cached_live_checks)
 // Held across a probe (load_system, job_system): communicators created at once on several threads
 // of one process (nccl-tests -g 2 / -t 2) share one probe instead of running NVML and sysfs reads
 // concurrently. On 2x H200 a third of such nccl-tests runs decided "relay" for the NVLink pair
-// (session 5, reason not logged then); concurrent probes were one candidate, now excluded.
+// (reason not found); concurrent probes were one candidate, now excluded.
 std::mutex g_probe_mu;
 std::map<std::string, System> g_systems;           // "machine" or "xml:<path>:<size>:<mtime>"
 std::map<std::string, std::string> g_copy_checks;  // "<bus a>|<bus b>" -> "" or the failure

@@ -78,11 +78,11 @@ class CommImpl final : public CommServices {
                                                    const std::function<std::shared_ptr<UpperState>()>& make) override;
 
  private:
-  // The in-flight rule (defect #2): every call that touches transport_ runs between enter() and
-  // leave(). enter() counts the call, then checks closed_; close() sets closed_, then waits for the
-  // count to reach zero. Both sides use sequentially consistent operations, so either the call
-  // sees closed_ (and throws) or close() sees the count (and waits): never a call on a freed
-  // transport.
+  // The in-flight rule (close() while other threads are inside calls): every call that touches
+  // transport_ runs between enter() and leave(). enter() counts the call, then checks closed_;
+  // close() sets closed_, then waits for the count to reach zero. Both sides use sequentially
+  // consistent operations, so either the call sees closed_ (and throws) or close() sees the count
+  // (and waits): never a call on a freed transport.
   void enter(const char* what) const;
   void leave() const noexcept;
   class Scope;  // enter() ... leave()

@@ -35,7 +35,7 @@ bool HandshakeSender::resolve(SendOp& op) {
   } else if (!pub || pub->version < cts.version || op.offset > pub->len || op.len > pub->len - op.offset) {
     op.status = kStatusBounds;
   } else {
-    // The binding is made from exactly the record just checked (issue 12 #7).
+    // The binding is made from exactly the record just checked, not from a second read of it.
     Binding b = env_.ipc->bind(env_.peer, *pub);
     op.dst = b.ptr + op.offset;
     op.map = b.map;

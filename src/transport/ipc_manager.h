@@ -69,7 +69,7 @@ class IpcManager {
   // The binding of (peer, buf_id) for `pub`: reused when the cached one was made from the same
   // record (version, offset, len and allocation), else the old one is released (closed once
   // unused) and the new allocation mapped. The returned pointer is always the mapping's base plus
-  // pub.offset: the record the caller bounds-checked is the record it writes through (#7).
+  // pub.offset: the record the caller bounds-checked is the record it writes through.
   Binding bind(int peer, const Publication& pub);
   // Drops the export of the allocation at `base` (it is being freed).
   void forget_export(const void* base);

@@ -23,7 +23,7 @@ namespace peerlink::detail {
 constexpr uint32_t kRegSlots = 1024;     // buffer ids one receiver can publish per sender
 constexpr uint32_t kDescSlots = 16384;   // sends in flight before the sender waits for irecvs
 constexpr uint32_t kRingCapacity = 2048;
-constexpr uint32_t kPostedSlots = 4096;  // posted-irecv records a sender can look up (issue 12 #14)
+constexpr uint32_t kPostedSlots = 4096;  // posted-irecv records a sender can look up
 constexpr int kMaxPeers = 64;            // ranks of one job (bootstrap::kMaxRanks)
 
 // Ring message types.
@@ -65,7 +65,7 @@ struct Desc {
 };
 
 // An irecv the receiver has posted, so that a direct sender can refuse a mismatching send before
-// any byte moves (issue 12 #14). Written by the receiver at irecv() (seq last, release; seq 0 while
+// any byte moves. Written by the receiver at irecv() (seq last, release; seq 0 while
 // rewritten), read by the sender for its own seq only; slot = seq % kPostedSlots.
 struct PostedRecv {
   std::atomic<uint64_t> seq;

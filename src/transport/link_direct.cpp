@@ -59,13 +59,13 @@ void DirectSendLink::submit(const std::shared_ptr<SendOp>& op) {
 void DirectSendLink::issue(SendOp& op, bool caller) {
   if (op.cancelled && op.status == kStatusOk) op.status = kStatusCancelled;
   if (op.status == kStatusOk && op.version > 0) {
-    // Issue 12 #14, decided: where the receiver already posted the matching irecv, a send that
-    // does not match it is refused before any byte moves (the send fails with InvalidArgument, the
-    // irecv with the mismatch). Why here and this way: it turns a write past the irecv's range into
-    // an error on both sides for one cache-line read of this op's own record (8 B p50 and 256 MB
-    // GB/s on 2x H200 unchanged within noise). Where the irecv is not posted yet the direct path is
-    // one-sided by design (no round trip per message): the bytes land in the published range the
-    // sender named (never beyond the published buffer) and the irecv fails when it is posted.
+    // Where the receiver already posted the matching irecv, a send that does not match it is
+    // refused before any byte moves (the send fails with InvalidArgument, the irecv with the
+    // mismatch). Why here and this way: it turns a write past the irecv's range into an error on
+    // both sides for one cache-line read of this op's own record (8 B p50 and 256 MB GB/s on
+    // 2x H200 unchanged within noise). Where the irecv is not posted yet the direct path is one-sided
+    // by design (no round trip per message): the bytes land in the published range the sender named
+    // (never beyond the published buffer) and the irecv fails when it is posted.
     if (auto p = posted_read(env_.out.posted, op.seq))
       if (p->buf_id != op.buf_id || p->offset != op.offset || p->len != op.len) op.status = kStatusMismatch;
   }

@@ -37,7 +37,7 @@ class DirectSendLink : public SendLink {
   virtual void count_retired() = 0;
 
   bool drain_replies();
-  // Every earlier op has issued its copy (or resolved without one): FIFO across paths (#10).
+  // Every earlier op has issued its copy (or resolved without one): FIFO across paths.
   bool all_issued() const { return ops_.empty() || ops_.back()->stage >= SendOp::kCopying; }
   void issue(SendOp& op, bool caller);
 

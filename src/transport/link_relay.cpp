@@ -169,7 +169,7 @@ class RelayRecvLink final : public RecvLink {
   };
 
   // Where chunk m lands, or why it cannot: the published buffer bounds it, and where its irecv is
-  // already posted, the irecv's range does too (issue 12 #14: a mismatching message writes nothing).
+  // already posted, the irecv's range does too (a mismatching message writes nothing).
   uint32_t destination(const RelaySlotMeta& m, char** dst) {
     if (!recvs_.empty() && m.seq >= recvs_.front().seq && m.seq <= recvs_.back().seq) {
       const RecvOp& r = recvs_[m.seq - recvs_.front().seq];

@@ -95,7 +95,7 @@ Transport::SendHandle Transport::submit_send(int peer, const void* src, size_t l
       throw InvalidArgument(cat("isend to rank ", peer, ": [offset ", offset, ", +len ", len, ") exceeds buffer ", buf_id,
                                 " of ", pub.len, " bytes (version ", version, ")"));
     if (P.path == Path::Direct) {
-      // The binding is made from exactly the record just bounds-checked (issue 12 #7).
+      // The binding is made from exactly the record just bounds-checked, not from a second read.
       Binding bind = ipc_->bind(peer, pub);
       op->dst = bind.ptr + offset;
       op->map = bind.map;

@@ -25,7 +25,7 @@ constexpr int kThreads = kStreamThreads;
 // Slot counts and chunk sizes are powers of two (static_asserts in stream_p2p.cpp; a peer's area
 // must match ours), so the kernels need no division by a runtime value (nvcc emits a 32-bit
 // divide with a 64-bit fallback, tens of dependent instructions each). One-GPU stand-in, graph,
-// 8 B-4 KB (session 9 call 6, three rounds): NCCL form -0.45 us sendrecv, -0.4 ping-pong one-way
+// 8 B-4 KB (three runs): NCCL form -0.45 us sendrecv, -0.4 ping-pong one-way
 // (8 B 3.32-3.36 / 3.02-3.05 -> 2.86-2.89 / 2.59-2.65 us); published form -0.15 / -0.2 (the
 // ll_range division at nb == 1).
 __device__ __forceinline__ uint64_t mod_pow2(uint64_t x, uint64_t m) { return x & (m - 1); }
@@ -122,9 +122,9 @@ __device__ bool wait_ge_acquire(const Ctx& x, const uint64_t* f, uint64_t target
 // stores into it: the receiver releases the count only after those accesses, and our stores are
 // issued only after our load returned that count (they depend on it; a GPU makes no store visible
 // speculatively). NCCL's LL sender waits on its head counter the same way (a volatile load, no
-// fence). Published form, one-GPU stand-in, graph, A/B (session 10 call 1, three rounds):
+// fence). Published form, one-GPU stand-in, graph, A/B (three runs):
 // -0.08 to -0.1 us sendrecv, -0.12 to -0.15 us ping-pong one-way at 8 B-512 B, -0.06 / -0.08 at
-// 4 KB, unchanged from 32 KB. The NCCL form's LL pieces measured slower with it in the same call
+// 4 KB, unchanged from 32 KB. The NCCL form's LL pieces measured slower with it in the same runs
 // (+0.07 us ping-pong at 8 B, +0.25 at 32 KB), so send_raw keeps wait_ge_acquire.
 __device__ __forceinline__ bool wait_credit(const Ctx& x, const uint64_t* f, uint64_t target) {
   return wait_ge(x, f, target);

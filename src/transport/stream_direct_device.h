@@ -4,7 +4,7 @@
 //
 // Why: a staged message crosses NVLink into the receiver's staging slot, then the receiver copies
 // it out, with a fence and a flag per 128 KB chunk. On 2x H200, two ranks as threads of one
-// process, 128 MB sendrecv in a graph (session 12 call 1): staged 450 us; the same with the
+// process, 128 MB sendrecv in a graph: staged 450 us; the same with the
 // receiver's copy-out skipped (bytes wrong, for timing only) 409 us; the published form, one copy
 // and one flag per message, 380 us. NCCL run by nccl-tests -g 2 in one process writes into the
 // receiver's buffer directly and takes 386 us. So a message of one process pair is moved like a

@@ -150,7 +150,7 @@ void StreamEngine::assign_blocks(StreamLaunch& L) const {
       // waits for its own chunk to come back). Between processes, 128 MB sendrecv / one way, 64 /
       // 48 / 32 blocks: 449.8 / 413.7, 407.7 / 391.1, 406.0 / 397.2 us; 32 MB 115.3 / 112.0,
       // 110.6 / 107.8, 109.9 / 106.6; 8 MB 64 blocks best (33.0 / 32.4 against 34.6 / 33.9 with 48)
-      // (2x H200, session 12 calls 7-8).
+      // (2x H200).
       if (!zc_send && w > 2 * slots_ && comm_.options().stream_blocks <= 0 && cap > slots_ * 3 / 4) cap = slots_ * 3 / 4;
     }
     want[size_t(c)] = int(std::max<uint64_t>(1, std::min(w, cap)));
@@ -159,7 +159,7 @@ void StreamEngine::assign_blocks(StreamLaunch& L) const {
   for (int w : want) total += w;
   // Ranks of one process on one GPU (devices 0,0 in the tests) share it: with the whole device per
   // launch, StreamGpuInPlace.OneProcess (staged grids of up to 96 + 48 blocks on each rank) waited
-  // out its timeout on 2x H100 (session 19 call 4), with half of it each it passed (call 5).
+  // out its timeout on 2x H100; with half of it each it passes.
   const int budget = std::max(grid_cap_ / gpu_sharers_, L.nch);
   while (total > budget) {
     auto it = std::max_element(want.begin(), want.end());
@@ -177,8 +177,8 @@ void StreamEngine::assign_blocks(StreamLaunch& L) const {
     }
   L.nblocks = next;
   // Not between ranks that share the GPU: a successor scheduled early under PDL holds multiprocessors
-  // the other rank's blocks need (the collectives' graph replays timed out that way, session 27
-  // call 3; coll_state.cpp).
+  // the other rank's blocks need (the collectives' graph replays timed out that way;
+  // coll_state.cpp).
   L.pdl = pdl_ && gpu_sharers_ == 1 ? 1 : 0;
   uint64_t largest = 0;
   bool swap = false;  // an in-place zero-copy send holds two 32 KB units in the registers of kStreamThreads

@@ -31,7 +31,7 @@ constexpr uint32_t kErrRawLength = 5;  // NCCL form: the send's length differed 
 
 constexpr int kStreamThreads = 512;    // most threads per block (the kernel's launch bound)
 // Threads per block for a launch whose largest message has `len` bytes: one 8-byte LL line per
-// thread up to 1 KB. One-GPU stand-in, graph, ping-pong one-way (session 9 calls 3-4): 128 threads
+// thread up to 1 KB. One-GPU stand-in, graph, ping-pong one-way: 128 threads
 // instead of 512 took 0.25-0.35 us off at 8 B-1 KB (published 2.92-2.97 -> 2.62-2.65 us, NCCL form
 // 3.24-3.27 -> 2.90-2.92), 256 threads 0.2 us at 2 KB (2.98-3.03 -> 2.76-2.79); at 4 KB 512 threads
 // were as fast as 256 and 0.45 us faster than 128, from 8 KB up faster than both.
@@ -47,8 +47,8 @@ constexpr int kMaxChannelBlocks = 64;
 constexpr uint64_t kPubBytesPerBlock = 16 << 10;
 // The same for an LL message, on both sides (each line carries its own flag, so the two sides may
 // split the lines differently): one block up to 8 KB, above it one per 4 KB (one line per thread of
-// 512). 2x H100, between processes, graph, one way us with 8 / 4 / 2 KB per block (session 13 call
-// 12, two rounds): 8 KB 3.99 / 4.10 / 4.04, 16 KB 4.45 / 4.10 / 4.10, 32 KB 4.65 / 4.17 / 4.13,
+// 512). 2x H100, between processes, graph, one way us with 8 / 4 / 2 KB per block (two runs): 8 KB
+// 3.99 / 4.10 / 4.04, 16 KB 4.45 / 4.10 / 4.10, 32 KB 4.65 / 4.17 / 4.13,
 // 128 KB 5.69 / 4.47 / 4.42, 256 KB 6.28 / 5.22 / 5.25, 512 KB 7.72 / 7.73 / 7.70.
 constexpr uint64_t kPubLLBytesPerBlock = 4 << 10;
 constexpr uint64_t kPubLLOneBlockMax = 8 << 10;
@@ -66,11 +66,11 @@ constexpr int kChCeDone = 5;
 constexpr int kChLocalCopy = 6;
 // Local copies get one block per this many bytes (up to the channel cap). 1 MB per block left a
 // 512 KB copy to one block: gather of 1 MB (512 KB per rank) through the NCCL shim went from 8.80
-// to 12.37 us (2x H200, session 12 call 3).
+// to 12.37 us (2x H200).
 constexpr uint64_t kLocalBytesPerBlock = 64 << 10;
 // Blocks of an NCCL-form send channel that carries a zero-copy candidate (no staging slots, so no
 // matching recv blocks: the recv side of such a message is one block). sendrecv_perf -g 2 through
-// the shim, 256 MB, 2x H200 (session 12 call 3): 32 / 64 / 96 / 128 blocks 762.6 / 754.0 / 748.5 /
+// the shim, 256 MB, 2x H200: 32 / 64 / 96 / 128 blocks 762.6 / 754.0 / 748.5 /
 // 748.3 us (NCCL 752.6).
 constexpr int kDirectChannelBlocks = 96;
 
@@ -168,7 +168,7 @@ struct StreamLaunchHeader {
 // The kernel's parameter block. The host builds the largest form; launch_stream_batch passes a
 // launch that fits in kSmallLaunchOps / kSmallLaunchChannels (a send, a recv, a sendrecv pair) in
 // the small one: ~0.4 KB instead of ~3.8 KB of parameters per launch. One-GPU stand-in, graph,
-// 8 B-4 KB (session 9 call 5, three rounds): published form -0.07 to -0.14 us in a sendrecv group
+// 8 B-4 KB (three runs): published form -0.07 to -0.14 us in a sendrecv group
 // and -0.03 to -0.07 ping-pong one-way; NCCL form within +-0.05.
 template <int Ops, int Channels>
 struct StreamLaunchOf : StreamLaunchHeader {

@@ -111,8 +111,8 @@ constexpr uint64_t kSwapUnit = 32 << 10;
 constexpr uint32_t kSwapGateCap = 16384;
 // From this many bytes a block's next unit is loaded and opened before its current unit is stored,
 // instead of being loaded while the current one is stored (stream_swap_device.h). 2x H200,
-// sendrecv_perf -g 2 -G 100 in place, two rounds each, overlapped / opened early, us (session 23
-// call 1): 16 MB 59.40-59.47 / 59.46-59.48, 32 MB 105.37-105.43 / 105.37-105.38, 64 MB 198.48-198.52
+// sendrecv_perf -g 2 -G 100 in place, two runs each, overlapped / opened early, us:
+// 16 MB 59.40-59.47 / 59.46-59.48, 32 MB 105.37-105.43 / 105.37-105.38, 64 MB 198.48-198.52
 // / 197.97-197.98, 128 MB 383.31-383.33 / 382.13-382.14, 256 MB 753.37-753.47 / 750.54-750.75
 // (NCCL -R 0: 59.37, 105.87, 201.25, 385.49, 752.08).
 constexpr uint64_t kSwapEarlyMin = uint64_t(64) << 20;
@@ -210,17 +210,17 @@ PL_STREAM_HD constexpr bool is_ll(uint64_t len, uint64_t ll_max) { return ll_max
 // The bytes per chunk of an NCCL-form message, from its length alone (both sides agree): LL pieces
 // up to ll_max; half a staging slot up to kHalfChunkMax bytes (twice the chunks, so twice the
 // blocks and a pipeline twice as deep for the medium sizes); the whole slot above. Between
-// processes, 2x H100, graph, one way us, whole slots / half up to 2 MB / half up to 4 MB (session 13
-// call 5, two rounds each; 512 KB staged, with stream_ll_max 256 KB): 512 KB 13.6 / 10.4 / 10.5,
-// 1 MB 14.0 / 12.3 / 12.3, 2 MB 16.8 / 15.2 / 15.4, 4 MB 22.2 / 22.3 / 21.6, 8 MB 34.2 alike
-// (NCCL in call 3: 11.1, 15.5, 19.9, 28.4, 46.0).
-// On 2x H200 64 KB slots (session 12 calls 7-8) lost from 8 MB on (36.0 against 32.4 us).
+// processes, 2x H100, graph, one way us, whole slots / half up to 2 MB / half up to 4 MB (two runs
+// each; 512 KB staged, with stream_ll_max 256 KB): 512 KB 13.6 / 10.4 / 10.5, 1 MB 14.0 / 12.3 /
+// 12.3, 2 MB 16.8 / 15.2 / 15.4, 4 MB 22.2 / 22.3 / 21.6, 8 MB 34.2 alike
+// (NCCL: 11.1, 15.5, 19.9, 28.4, 46.0).
+// On 2x H200 64 KB slots lost from 8 MB on (36.0 against 32.4 us).
 constexpr uint64_t kHalfChunkMax = uint64_t(4) << 20;
 // LL pieces of 4 KB (one line per thread of 512, so twice the blocks) for messages above 8 KB up
 // to 128 KB (at most 32 pieces: all handed back late, late_from); 8 KB pieces above, where 4 KB
 // ones would fill the 64 slots (256 KB: 64 pieces). nccl-tests sendrecv_perf -g 2 -G 100, 2x H100,
-// out of place, 8 KB / 4 KB pieces (with recv_raw's load beside g0), two rounds each (session 19
-// call 3): 16 KB 5.75 / 5.38-5.40 us, 64 KB 5.88-5.90 / 5.40-5.41, 128 KB 6.32 / 5.54 (NCCL best
+// out of place, 8 KB / 4 KB pieces (with recv_raw's load beside g0), two runs each:
+// 16 KB 5.75 / 5.38-5.40 us, 64 KB 5.88-5.90 / 5.40-5.41, 128 KB 6.32 / 5.54 (NCCL best
 // 8.03); one way (bench_transport, between processes) 128 KB 6.30-6.34 / 5.12-5.14.
 constexpr uint64_t kLLSmallPiece = 4 << 10, kLLSmallPieceMax = 128 << 10;
 PL_STREAM_HD constexpr uint64_t ll_piece(uint64_t len) {

@@ -73,7 +73,7 @@ __device__ void ll_write(char* slot, const char* src, uint64_t len, uint32_t f, 
     return v;
   };
   // At most one line per thread (every message up to 4 KB at 512 threads): a single store. The
-  // pair loop below cost those sizes 0.1 us on the stand-in (session 10 call 3).
+  // pair loop below cost those sizes 0.1 us on the stand-in.
   const uint64_t bd = blockDim.x;
   if (l1 - l0 <= bd) {
     const uint64_t i = l0 + threadIdx.x;

@@ -142,8 +142,9 @@ StreamEngine::~StreamEngine() {
 // After the arguments were validated (bad input is reported as such even when the peer is gone).
 // `alive`: PeerLostError at once when the peer is gone. Host-backend recvs pass false: a peer that
 // closed after its sends completed left their bytes in this rank's own area, and the wait loop
-// reports a lost peer only when nothing is there to take (a CI failure in session 20). GPU recvs
-// keep the check (their kernels would notice a lost peer only at the timeout).
+// reports a lost peer only when nothing is there to take (with the check, such recvs failed in CI
+// although their bytes had arrived). GPU recvs keep the check (their kernels would notice a lost
+// peer only at the timeout).
 void StreamEngine::check_pair(int peer, bool alive) {
   if (!host_) check_device_error();
   if (broken_[peer]) std::rethrow_exception(broken_[peer]);

@@ -41,10 +41,10 @@ __device__ bool send_pub_ll(const Ctx& x, const DevOp& op, uint64_t k, const Sen
 // message k (pub_arrive) writes the ReadyDesc and release-stores pub_ready = k.
 // `aborted` (the pair's abort word, loaded by the kernel) is tested only once an LL first
 // message's first loads are in flight with it and the counter: the thread's first data word and
-// the credit, instead of one after the other. One-GPU stand-in, graph, 8 B-4 KB (session 9 call 7):
+// the credit, instead of one after the other. One-GPU stand-in, graph, 8 B-4 KB:
 // -0.15 us in a sendrecv group, -0.05 ping-pong one-way; the same for the NCCL form's sender was
 // +0.08 us ping-pong, so send_raw keeps its order. One-block channels only (messages up to 8 KB):
-// with it, 32 KB (four blocks) measured +0.15 us ping-pong (session 9 call 8).
+// with it, 32 KB (four blocks) measured +0.15 us ping-pong.
 __device__ void send_pub(const Ctx& x, uint64_t aborted) {
   const DevChannel& c = *x.c;
   __shared__ int s_go, s_ok;
@@ -122,7 +122,7 @@ __device__ void recv_pub(const Ctx& x) {
     char* slot = ll_max ? ll_slot(x, c.mine, k) : nullptr;
     // Block 0 posts recv k from a thread of another warp than thread 0's (when the block has one),
     // so that thread 0 spins at once: the post's system-scope release stalls only its own warp
-    // (stand-in, session 9 call 7: -0.13 us in a sendrecv group at 8 B-4 KB, ping-pong unchanged).
+    // (stand-in: -0.13 us in a sendrecv group at 8 B-4 KB, ping-pong unchanged).
     const unsigned poster = blockDim.x > unsigned(warpSize) ? blockDim.x - 1 : 0;
     if (x.blk == 0 && threadIdx.x == poster) {
       if (ll_max && k > 1) {  // the previous message's header (read by all its blocks, in an earlier launch or above)

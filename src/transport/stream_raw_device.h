@@ -161,10 +161,9 @@ __device__ void recv_raw(const Ctx& x) {
   const uint64_t g0 = load_volatile(&c.mine->raw_recvd_chunks.v);
   // Block 0's last threads load the late range's start beside g0 (issued before g0 is used), and
   // the warp hands chunk g0 - 1 and the others back in one branch. nccl-tests sendrecv_perf -g 2
-  // -G 100, 2x H100, 4 KB LL pieces, loaded after g0 / beside g0 (session 19 call 3, same
-  // machine): 4 KB 4.79-4.83 / 4.68-4.74 us, 16 KB 5.46-5.49 / 5.38-5.40. Beside g0 but j = 0 in a
-  // branch of its own (call 2, another machine): 4 KB 4.55-4.63, but 16 KB 6.83-6.91, as if
-  // nothing were late: keep one branch.
+  // -G 100, 2x H100, 4 KB LL pieces, loaded after g0 / beside g0 (one machine): 4 KB 4.79-4.83 /
+  // 4.68-4.74 us, 16 KB 5.46-5.49 / 5.38-5.40. Beside g0 but j = 0 in a branch of its own (another
+  // machine): 4 KB 4.55-4.63, but 16 KB 6.83-6.91, as if nothing were late: keep one branch.
   const uint64_t late_j = uint64_t(blockDim.x - 1 - threadIdx.x);
   const uint64_t from = x.blk == 0 && late_j >= 1 && late_j < slots ? load_volatile(&c.mine->raw_recvd_deferred.v) : 0;
   // Slots handed back late. A release store (a system-scope fence) made as a block's last act lies
@@ -173,15 +172,15 @@ __device__ void recv_raw(const Ctx& x) {
   // slot the sender may need during it or its next launch of the same length (run); the others,
   // chunks [defer, g_last] (always g_last itself), are handed back here, at the start of the
   // channel's next launch, by block 0's last threads (no stores of their own to wait for; thread 0
-  // polls). 2x H100, nccl-tests sendrecv_perf -g 2 -G 100 (session 18 call 1, only g_last late /
+  // polls). 2x H100, nccl-tests sendrecv_perf -g 2 -G 100 (only g_last late /
   // every chunk whose slot is not reused in the launch late): 16 KB 6.95 / 5.65 us, 32 KB 7.30 /
   // 5.76, 128 KB 8.09 / 6.36, 256 KB 8.72 / 6.98, 1 MB 12.79 / 10.56 (NCCL 7.49, 7.68, 8.08,
   // 9.48, 15.31); but 512 KB (64 LL pieces: the next message reuses every slot) 10.34 / 11.89, which
   // the run rule keeps at the first. Safe: a deferred chunk's slot is next used by a later launch's
   // chunk, whose recv runs this first; the reads and zeroing of the slot ended with the previous
   // kernel; and each slot appears once in [defer, g_last] (at most `slots` chunks) with its newest
-  // chunk, so no flag goes back. (g_last alone, late since session 7: one-GPU stand-in, 8 B
-  // ping-pong one way -0.3 us.)
+  // chunk, so no flag goes back. (g_last alone handed back late against none: one-GPU stand-in,
+  // 8 B ping-pong one way -0.3 us.)
   if (x.blk == 0 && g0 > 0) {
     const uint64_t j = late_j;  // j = 0: chunk g0 - 1, always late
     if (j == 0 || (j < slots && j < g0 && g0 - 1 - j >= from))

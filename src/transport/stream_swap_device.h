@@ -3,7 +3,7 @@
 //
 // Why: in place, a recv writes the bytes its own rank's send of the same launch reads. Staged
 // (kOpGated: each staged chunk waits until the send read it) that cost the copy-out the zero-copy
-// path avoids: nccl-tests sendrecv_perf -g 2 -G 100, 2x H200 (session 20 call 2), in place 32 MB
+// path avoids: nccl-tests sendrecv_perf -g 2 -G 100, 2x H200, in place 32 MB
 // 119.08 us, 128 MB 400.72 against NCCL's 105.98 / 385.74, while out of place (zero-copy) took
 // 105.78 / 381.45.
 //
@@ -108,8 +108,8 @@ __device__ __forceinline__ void load_unit(const char* src, uint64_t n, uint4 (&v
 // Every word of a loaded unit, or-ed: fed to a barrier, it makes every thread's loads of the unit
 // return before the barrier ends. A bar.sync alone does not wait for loads whose registers are not
 // used yet, and such a load, still in flight when the gate opens, could return bytes the writer
-// stored after seeing it (session 21: the exchange's first version, which used the registers only
-// after the gate, returned the receiver's own bytes in some units).
+// stored after seeing it (a version of the exchange that used the registers only after the gate
+// returned the receiver's own bytes in some units).
 __device__ __forceinline__ uint32_t fold(const uint4 (&v)[kSwapVecs], uint64_t n) {
   uint32_t seen = 0;
 #pragma unroll

@@ -2,7 +2,7 @@
 // stream_direct_device.h). One per stream engine.
 //
 // Why: between two processes a staged NCCL-form message crosses NVLink into the receiver's staging
-// slots and is copied out again: 256 MB one way took 772-778 us on 2x H100 (session 15), against
+// slots and is copied out again: 256 MB one way took 772-778 us on 2x H100, against
 // 696 us for the published form, which writes straight into the receiver's buffer. NCCL programs
 // (torch.distributed send/recv, pipeline stages) name arbitrary receive buffers, so the library
 // exports them itself.

@@ -28,14 +28,14 @@ class Transport {
   void wait_buffer(int peer, uint32_t buf_id, uint64_t min_version);
   Request isend(int peer, const void* src, size_t len, uint32_t buf_id, size_t offset, uint64_t version);
   // isend + wait. When the wait fails (timeout, peer lost) the send is given up before this
-  // throws: no further byte of src is read, and the receiver's irecv fails (issue 12 #3).
+  // throws: no further byte of src is read, and the receiver's irecv fails.
   // isend + a wait bounded by `timeout` that runs Options::interrupt_check; gives the message up on
-  // any failure before rethrowing (defect #3: never reads src after returning).
+  // any failure before rethrowing (it never reads src after returning).
   void send_direct(int peer, const void* src, size_t len, uint32_t buf_id, uint64_t version, size_t offset,
                    std::chrono::milliseconds timeout);
   Request irecv(int peer, uint32_t buf_id, size_t offset, size_t len);
   // Frees memory from alloc(): first revokes every publication inside the allocation (senders get
-  // InvalidArgument instead of writing; pending irecvs into it fail), then frees it (issue 12 #4).
+  // InvalidArgument instead of writing; pending irecvs into it fail), then frees it.
   void free_memory(void* p);
   // Throws PeerLostError when `peer` died or left (checked at most every 100 ms per peer).
   void check_peer(int peer);

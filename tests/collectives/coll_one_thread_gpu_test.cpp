@@ -3,7 +3,7 @@
 // kernels (the zero-copy path: an entry step that waits for the peers, the copy, an exit step)
 // must not need its later kernels loaded then: under CUDA's lazy loading a first launch may
 // synchronize the context, i.e. wait for the entry step, which waits for the peer's call that this
-// thread has not issued yet. The session-22 reproduction: broadcast 4 MB (LL128) then 8 MB (zero
+// thread has not issued yet. The reproduction: broadcast 4 MB (LL128) then 8 MB (zero
 // copy, window registered), which timed out until the communicator preloaded those kernels
 // (gpu::dev::preload). Runs in a forked child, so nothing is loaded before the communicators:
 //   PEERLINK_TEST_GPUS=2 build-cuda/bin/peerlink_tests --gtest_filter='CollOneThreadGpu*'

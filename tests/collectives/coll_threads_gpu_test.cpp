@@ -2,7 +2,7 @@
 // --threads, and any program that drives several ranks of one device from threads). Each rank's
 // kernel spins for the other's, so both grids must be resident at once: the collectives' setup
 // divides the GPU's multiprocessors between them (setup_record.h grid_agreement). With a full grid
-// each, every staged size hung until the device timeout (one H200, session 26 calls 4-5). Buffers
+// each, every staged size hung until the device timeout (one H200). Buffers
 // are allocated before the first call and freed after the last (cudaFree waits for the device,
 // i.e. for the other rank's spinning kernel):
 //   PEERLINK_TEST_GPUS=2 PEERLINK_TEST_DEVICES=0 build-cuda/bin/peerlink_tests --gtest_filter='CollThreadsGpu*'
@@ -149,9 +149,8 @@ TEST(CollThreadsGpu, TwoRanksShareOneGpuPastTheSmallSizes) {
 // captured into a graph per rank and replayed, rank 1 starting 100 ms after rank 0. Under
 // programmatic dependent launch rank 0's first kernel (half the GPU, spinning for rank 1) lets its
 // successor be scheduled at once, which takes the other half: rank 1's blocks find no room until
-// the device timeout. The stand-in bench_allreduce -G 1 ran into that at 16 MB (one H200, session
-// 27 call 3); this test failed 2 of 2 runs before ranks that share a GPU launched without PDL
-// (coll_state.cpp; call 6).
+// the device timeout. The stand-in bench_allreduce -G 1 ran into that at 16 MB (one H200);
+// this test failed 2 of 2 runs while ranks that share a GPU launched with PDL (coll_state.cpp).
 TEST(CollThreadsGpu, TwoRanksShareOneGpuGraphReplays) {
   REQUIRE_GPUS();
   const int dev = pltest::gpu_test_devices()[0];

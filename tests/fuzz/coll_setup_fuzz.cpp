@@ -1,4 +1,4 @@
-// libFuzzer target: the collectives setup record (issue 12 defect #6), as read back from the
+// libFuzzer target: the collectives setup record, as read back from the
 // bootstrap allgather. Input: the raw record bytes. parse_setup_record must return a record whose
 // areas lie inside their claimed allocations, or throw InvalidArgument; never crash, read past the
 // input or overflow (ASan + UBSan). Seeds: tests/fuzz/corpus/coll_setup/ (valid host and GPU

@@ -1,8 +1,8 @@
-// Regression tests of issue 12 for the bootstrap layer, in real processes: a corrupt or stale
-// rendezvous segment (#1, #13), the same rank claimed twice and two jobs of one id started at once
-// (#13: a clean error or a correct job, never a split), a timed-out barrier marked out of step
-// (#11), a dead rank detected by the barrier within ~100 ms and its allocations removed (#12); a
-// rendezvous that failed for good (a late rank fails at once, a rerun starts fresh).
+// Regression tests of the bootstrap layer, in real processes: a corrupt or stale rendezvous
+// segment, the same rank claimed twice and two jobs of one id started at once (a clean error or a
+// correct job, never a split), a timed-out barrier marked out of step, a dead rank detected by the
+// barrier within ~100 ms and its allocations removed; a rendezvous that failed for good (a late
+// rank fails at once, a rerun starts fresh).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -128,15 +128,15 @@ void stress_same_id(const std::vector<int>& ranks, int rounds) {
 
 }  // namespace
 
-// #13: two processes claim rank 0 at the same instant (one of them usually creates the segment
+// Two processes claim rank 0 at the same instant (one of them usually creates the segment
 // and may lose the claim): one job forms, the other gets a clean error. Was a split in 6-16 %.
 TEST(BootRendezvous, SameRankClaimedTwiceNeverSplits) { stress_same_id({0, 0, 1}, 60); }
 
-// #13: two jobs (ranks 0 and 1 each) with the same id started at once: one job of one rank 0 and
+// Two jobs (ranks 0 and 1 each) with the same id started at once: one job of one rank 0 and
 // one rank 1 forms, the two others get the duplicate error; never two half jobs timing out.
 TEST(BootRendezvous, TwoJobsWithOneIdAtOnceNeverSplit) { stress_same_id({0, 1, 0, 1}, 60); }
 
-// #1: a corrupt leftover "pl_..._boot" (no live process holds it) is replaced, not a crash.
+// A corrupt leftover "pl_..._boot" (no live process holds it) is replaced, not a crash.
 TEST(BootRendezvous, CorruptLeftoverBootIsReplaced) {
   for (size_t size : {size_t(10), size_t(8192)}) {
     const std::string uid = pltest::unique_test_id("cboot");
@@ -157,7 +157,7 @@ TEST(BootRendezvous, CorruptLeftoverBootIsReplaced) {
   }
 }
 
-// #1: a corrupt "boot" file that a live process holds is not ours to replace: typed Error.
+// A corrupt "boot" file that a live process holds is not ours to replace: typed Error.
 TEST(BootRendezvous, CorruptBootHeldByLiveProcessIsTypedError) {
   const std::string uid = pltest::unique_test_id("hboot");
   const std::string path = "/dev/shm/" + common::shm_prefix_for(uid) + "boot";
@@ -175,7 +175,7 @@ TEST(BootRendezvous, CorruptBootHeldByLiveProcessIsTypedError) {
   ::unlink(path.c_str());
 }
 
-// #13: a rendezvous whose only member was killed mid-rendezvous (its slot says "joined" by a dead
+// A rendezvous whose only member was killed mid-rendezvous (its slot says "joined" by a dead
 // pid, nobody holds the file) is stale and replaced by the next run of the id.
 TEST(BootRendezvous, SegmentOfKilledRunIsReplaced) {
   const std::string uid = pltest::unique_test_id("kboot");
@@ -192,7 +192,7 @@ TEST(BootRendezvous, SegmentOfKilledRunIsReplaced) {
   EXPECT_TRUE(pltest::leftover_segments(uid).empty());
 }
 
-// #11: a barrier that timed out has published its arrival; the next barrier of that rank must
+// A barrier that timed out has published its arrival; the next barrier of that rank must
 // refuse (out of step) instead of pairing with the peer's next one.
 TEST(BootBarrier, TimedOutBarrierIsMarkedOutOfStep) {
   const std::string uid = pltest::unique_test_id("bto");
@@ -218,7 +218,7 @@ TEST(BootBarrier, TimedOutBarrierIsMarkedOutOfStep) {
   EXPECT_TRUE(pltest::leftover_segments(uid).empty());
 }
 
-// #12: a rank killed while the other waits in a barrier is detected within ~100 ms (liveness is
+// A rank killed while the other waits in a barrier is detected within ~100 ms (liveness is
 // checked every Bootstrap::kLivenessInterval), and its host allocations are removed right then.
 TEST(BootBarrier, DeadRankDetectedPromptlyAndItsAllocationsRemoved) {
   const std::string uid = pltest::unique_test_id("bdead");

@@ -1,9 +1,9 @@
-// Issue 12 defect #2: close() on one thread while other threads are inside calls of the same
-// communicator. The rule (communicator.h): calls in flight either finish or fail with a typed
-// peerlink::Error (InvalidArgument "closed" for a wait close() woke); close() wakes blocked waits,
-// waits for every call to return (bounded), then frees the transport. Before the fix the transport
-// was freed under the calls: use-after-free, SIGSEGV. Host backend, real processes, many rounds
-// with close() landing at different moments (before, during and after the calls block).
+// close() on one thread while other threads are inside calls of the same communicator. The rule
+// (communicator.h): calls in flight either finish or fail with a typed peerlink::Error
+// (InvalidArgument "closed" for a wait close() woke); close() wakes blocked waits, waits for every
+// call to return (bounded), then frees the transport (freed under the calls, it would be a
+// use-after-free, SIGSEGV). Host backend, real processes, many rounds with close() landing at
+// different moments (before, during and after the calls block).
 #include <gtest/gtest.h>
 
 #include <atomic>

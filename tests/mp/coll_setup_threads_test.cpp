@@ -1,7 +1,7 @@
-// Regression (found by the NCCL library, issue 16): two communicators of one process whose first
-// allreduce runs concurrently on two threads (one thread per rank, as NCCL programs and
-// libnccl.so.2's group end drive them) deadlocked: the collectives setup held a process-wide mutex
-// across its allgather, so rank 0's setup waited for rank 1's, which waited for the mutex.
+// Regression: two communicators of one process whose first allreduce runs concurrently on two
+// threads (one thread per rank, as NCCL programs and libnccl.so.2's group end drive them)
+// deadlocked: the collectives setup held a process-wide mutex across its allgather, so rank 0's
+// setup waited for rank 1's, which waited for the mutex.
 #include <gtest/gtest.h>
 
 #include <string>

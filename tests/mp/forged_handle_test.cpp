@@ -1,4 +1,4 @@
-// A hostile peer publishes forged buffer handles (issue 12, IPC manager): rank 1 publishes a real
+// A hostile peer publishes forged buffer handles (IPC manager): rank 1 publishes a real
 // receive buffer to rank 0, then rewrites that registry record so its handle names
 //   (a) the victim's own private allocation, or its own allocation exported to rank 2,
 //   (b) owner pid = the victim's pid with an arbitrary owner_base (the same-process shortcut),

@@ -1,4 +1,4 @@
-// send_direct's wait (issue 12 #3 with the interruption hook): the wait runs
+// send_direct's wait with the interruption hook (a failed send never reads src again): the wait runs
 // Options::interrupt_check (Python's Ctrl-C), so an interrupted send_direct returns promptly, with
 // what the hook threw, and gives the message up first — src is unmapped right after and never read
 // again. Its own bound (the overload with a timeout, used by the Python binding) is honoured and

@@ -1,9 +1,9 @@
-// Regression tests of issue 12 defects in the transport (host backend, real processes):
-//   #3  a send_direct that fails never touches src again (relay and version-0 direct)
-//   #4  free() of a published buffer revokes it (senders and pending irecvs fail, nothing written)
-//   #10 a version-0 send followed by a direct send into the same range lands in order
-//   #12 a peer that dies during setup ends the done_seq channel wait at once; nothing is left
-//   #14 a direct send that does not match the posted irecv writes nothing; both sides fail
+// Regression tests of the transport's failure rules (host backend, real processes):
+//   - a send_direct that fails never touches src again (relay and version-0 direct)
+//   - free() of a published buffer revokes it (senders and pending irecvs fail, nothing written)
+//   - a version-0 send followed by a direct send into the same range lands in order
+//   - a peer that dies during setup ends the done_seq channel wait at once; nothing is left
+//   - a direct send that does not match the posted irecv writes nothing; both sides fail
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -45,7 +45,7 @@ struct Vanishing {
   void vanish() { munmap(p, n), p = nullptr; }
 };
 
-// #3, relay: the receiver is stopped, so staging fills and the send times out part-way. After
+// Relay path: the receiver is stopped, so staging fills and the send times out part-way. After
 // send_direct threw, src is unmapped; the receiver resumes: its irecv fails (the message was given
 // up, no crash on the sender), and the pair keeps working.
 TEST(MpGiveUp, RelaySendDirectTimeoutNeverReadsSrcAgain) {
@@ -95,7 +95,7 @@ TEST(MpGiveUp, RelaySendDirectTimeoutNeverReadsSrcAgain) {
   EXPECT_TRUE(pltest::leftover_segments(uid).empty());
 }
 
-// #3, direct: a version-0 send_direct whose irecv is never posted times out waiting for its CTS;
+// Direct path: a version-0 send_direct whose irecv is never posted times out waiting for its CTS;
 // src is unmapped; then the receiver posts: no copy happens and the irecv fails.
 class MpGiveUpDirect : public testing::TestWithParam<Completion> {};
 TEST_P(MpGiveUpDirect, VersionZeroTimeoutNeverReadsSrcAgain) {
@@ -138,7 +138,7 @@ TEST_P(MpGiveUpDirect, VersionZeroTimeoutNeverReadsSrcAgain) {
 INSTANTIATE_TEST_SUITE_P(Completions, MpGiveUpDirect, testing::Values(Completion::DoneSeq, Completion::Ring),
                          [](const testing::TestParamInfo<Completion>& i) { return std::string(to_string(i.param)); });
 
-// #10: a version-0 send waits for its CTS (the irecvs are posted late); a direct send into the
+// A version-0 send waits for its CTS (the irecvs are posted late); a direct send into the
 // same range right after it must land after it.
 class MpFifoAcrossPaths : public testing::TestWithParam<Completion> {};
 TEST_P(MpFifoAcrossPaths, VersionZeroThenDirectSameRangeLandInOrder) {
@@ -177,7 +177,7 @@ TEST_P(MpFifoAcrossPaths, VersionZeroThenDirectSameRangeLandInOrder) {
 INSTANTIATE_TEST_SUITE_P(Completions, MpFifoAcrossPaths, testing::Values(Completion::DoneSeq, Completion::Ring),
                          [](const testing::TestParamInfo<Completion>& i) { return std::string(to_string(i.param)); });
 
-// #14: the receiver posted irecv(0, 64); a 128-byte send into the same buffer writes nothing. The
+// The receiver posted irecv(0, 64); a 128-byte send into the same buffer writes nothing. The
 // direct sender fails before any byte moves; on the relay the receiver refuses the chunks.
 class MpLongerThanIrecv : public testing::TestWithParam<Path> {};
 TEST_P(MpLongerThanIrecv, WritesNothingBothSidesLearn) {
@@ -213,7 +213,7 @@ TEST_P(MpLongerThanIrecv, WritesNothingBothSidesLearn) {
 INSTANTIATE_TEST_SUITE_P(Paths, MpLongerThanIrecv, testing::Values(Path::Direct, Path::Relay),
                          [](const testing::TestParamInfo<Path>& i) { return std::string(to_string(i.param)); });
 
-// #4: free() of a published buffer with an irecv pending into it: the irecv fails naming the
+// free() of a published buffer with an irecv pending into it: the irecv fails naming the
 // buffer and the peer, a sender naming it gets InvalidArgument, nothing is written anywhere.
 class MpFreePublished : public testing::TestWithParam<Path> {};
 TEST_P(MpFreePublished, RevokesPublicationAndFailsPendingIrecv) {
@@ -254,7 +254,7 @@ TEST_P(MpFreePublished, RevokesPublicationAndFailsPendingIrecv) {
 INSTANTIATE_TEST_SUITE_P(Paths, MpFreePublished, testing::Values(Path::Direct, Path::Relay),
                          [](const testing::TestParamInfo<Path>& i) { return std::string(to_string(i.param)); });
 
-// #12: rank 1 never opens the done_seq channel and dies during setup; rank 0, waiting for the
+// Rank 1 never opens the done_seq channel and dies during setup; rank 0, waiting for the
 // channel (bound 20 s), fails with PeerLostError at once, and no segment of the job is left.
 TEST(MpSetupDeath, ChannelWaitNoticesDeadPeerAndLeavesNothing) {
   const std::string uid = pltest::unique_test_id("setup-death");
@@ -281,7 +281,7 @@ TEST(MpSetupDeath, ChannelWaitNoticesDeadPeerAndLeavesNothing) {
   EXPECT_TRUE(pltest::leftover_segments(uid).empty()) << "segments left after a death during setup";
 }
 
-// #12: while a communicator is alive, no name of its setup is left in /dev/shm (only the
+// While a communicator is alive, no name of its setup is left in /dev/shm (only the
 // allocations, which peers open by name later, and the rendezvous, which stays named while the job
 // lives so that a second claimant of one of its ranks meets it).
 TEST(MpSetupNames, OnlyAllocationsAreNamedAfterSetup) {

@@ -83,7 +83,7 @@ TEST(MpMatching, MismatchIsAnErrorOnTheReceiver) {
       std::vector<char> src(100);
       pltest::fill_pattern(src.data(), 100, 1);
       // Where the irecv is posted before the send is issued, the sender refuses the mismatching
-      // send before any byte moves and fails too (issue 12 #14); otherwise only the receiver does.
+      // send before any byte moves and fails too; otherwise only the receiver does.
       try {
         comm.send_direct(1, src.data(), 100, 3, 1, 64);
       } catch (const InvalidArgument& e) {

@@ -1,5 +1,5 @@
 // Publishing and waiting for a buffer while the caller's stream is being captured into a CUDA/HIP
-// graph (issue 15 item 3): both must work and leave the capture valid. The first publication of
+// graph: both must work and leave the capture valid. The first publication of
 // an allocation exports it (cudaIpcGetMemHandle, or for VMM memory cuMemRetainAllocationHandle +
 // cuMemExportToShareableHandle) and the first wait maps it (cudaIpcOpenMemHandle, or fd import +
 // cuMemMap): none of that is stream work, and the backend runs it in the relaxed capture mode

@@ -1,4 +1,4 @@
-"""torch.distributed on the NCCL backend through peerlink's libnccl.so.2 (issue 16).
+"""torch.distributed on the NCCL backend through peerlink's libnccl.so.2.
 
 Run on 2 GPUs with the shim preloaded (it does not build anything):
     LD_PRELOAD=$PWD/build/lib/libnccl.so.2 PEERLINK_DEBUG=INFO \

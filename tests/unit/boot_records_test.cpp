@@ -1,5 +1,5 @@
 // Unit tests of bootstrap's rendezvous records (bootstrap/records.h): slots carry liveness only
-// (issue 11.3: the transport's join data is its own record) and the layout header names the
+// (the transport's join data is its own record) and the layout header names the
 // version, so a rank of an older layout is refused with a typed error, never misread.
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
-// Regression tests of issue 12 for the SHM layer and the host backend: corrupt segment headers
-// (#1), alloc sizes near SIZE_MAX (#5), segment names read from shared memory (#8), a full
-// /dev/shm (#9). Crash-prone cases run in a forked child, so a crash fails the test, not the suite.
+// Regression tests of the SHM layer and the host backend: corrupt segment headers, alloc sizes
+// near SIZE_MAX, segment names read from shared memory, a full /dev/shm. Crash-prone cases run in
+// a forked child, so a crash fails the test, not the suite.
 #include <gtest/gtest.h>
 
 #include <cerrno>
@@ -29,7 +29,7 @@ void write_file(const std::string& name, const std::vector<unsigned char>& bytes
 
 }  // namespace
 
-// #1: a file with a full-size but corrupt header used to be unmapped and then read (SIGSEGV).
+// A file with a full-size but corrupt header used to be unmapped and then read (SIGSEGV).
 TEST(BootSegment, CorruptHeaderIsTypedErrorNotCrash) {
   const std::string pre = common::shm_prefix_for(pltest::unique_test_id("corrupt"));
   std::vector<unsigned char> junk(8192, 0xA5);
@@ -62,7 +62,7 @@ TEST(BootSegment, ParseHeaderIsPureAndChecksSizes) {
   EXPECT_THROW(common::parse_segment_header(&h, sizeof h, 0, "x"), Error);
 }
 
-// #5: n near SIZE_MAX wrapped header + n and returned a pointer into a tiny mapping.
+// N near SIZE_MAX wrapped header + n and returned a pointer into a tiny mapping.
 TEST(BootAlloc, SizesNearSizeMaxAreInvalidArgumentNamingN) {
   const std::string pre = common::shm_prefix_for(pltest::unique_test_id("huge")) + "r0_";
   auto be = gpu::make_backend(-1, pre);
@@ -81,7 +81,7 @@ TEST(BootAlloc, SizesNearSizeMaxAreInvalidArgumentNamingN) {
   be->free(ok);
 }
 
-// #8: a handle's segment name comes from shared memory; only "<job>r<peer>_m<id>" of another rank
+// A handle's segment name comes from shared memory; only "<job>r<peer>_m<id>" of another rank
 // of this job may be opened (not our own allocations, not other jobs, no paths).
 TEST(BootPeerNames, ForgedSegmentNamesAreRejected) {
   const std::string job = common::shm_prefix_for(pltest::unique_test_id("names"));
@@ -124,7 +124,7 @@ TEST(BootPeerNames, ForgedSegmentNamesAreRejected) {
   peer->free(theirs);
 }
 
-// #9: a segment larger than /dev/shm can hold fails at creation with SysError (ENOSPC) naming the
+// A segment larger than /dev/shm can hold fails at creation with SysError (ENOSPC) naming the
 // size and `df /dev/shm`, instead of a SIGBUS at first touch; nothing is left behind.
 TEST(BootShmFull, ReservationFailureIsSysErrorNotSigbus) {
   struct statvfs vfs {};
@@ -146,7 +146,7 @@ TEST(BootShmFull, ReservationFailureIsSysErrorNotSigbus) {
   EXPECT_TRUE(common::list_segments(pre).empty());
 }
 
-// #9, the other way a reservation fails (a file size limit): typed, in a child with RLIMIT_FSIZE.
+// A full /dev/shm, the other way a reservation fails (a file size limit): typed, in a child with RLIMIT_FSIZE.
 TEST(BootShmFull, FileSizeLimitIsSysError) {
   const std::string pre = common::shm_prefix_for(pltest::unique_test_id("fsize")) + "r0_";
   std::string fails = pltest::run_ranks(1, [&](int) {

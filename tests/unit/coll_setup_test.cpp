@@ -1,4 +1,4 @@
-// Issue 12 defect #6: the allreduce setup record a peer publishes through the allgather is
+// The allreduce setup record a peer publishes through the allgather is
 // untrusted. parse_setup_record checks every field (pure function, also fuzzed:
 // tests/fuzz/coll_setup_fuzz.cpp); the multi-process test has a hostile rank publish corrupt
 // records and the victim's allreduce must end with a typed error, having mapped or written nothing.

@@ -112,7 +112,7 @@ TEST(IpcCache, ExportOncePerAllocationOpenOncePerPeerAllocation) {
   std::string prefix = job + "r0_";
   auto be = gpu::make_backend(-1, prefix);
   // The importer is rank 1 of the same job and binds buffers of rank 0, the exporter: a host
-  // backend opens only allocations of the rank a handle came from (issue 12 #8).
+  // backend opens only allocations of the rank a handle came from.
   auto be1 = gpu::make_backend(-1, job + "r1_");
   common::ProcId fake_peer{1, 1};  // pretend the exporter is another process, so opens happen
   IpcManager exporter(*be, fake_peer);

@@ -57,12 +57,12 @@ TEST(StreamKnobsConfig, FromEnv) {
 
 TEST(StreamKnobsConfig, Defaults) {
   Options o;
-  EXPECT_EQ(o.stream_ll_max, size_t(512) << 10);  // multi-block LL, measured on 2x H100 (session 13)
-  EXPECT_EQ(o.stream_ce_min, size_t(128) << 20);  // copy engine from 128 MB, one lane (session 15)
+  EXPECT_EQ(o.stream_ll_max, size_t(512) << 10);  // multi-block LL, measured on 2x H100
+  EXPECT_EQ(o.stream_ce_min, size_t(128) << 20);  // copy engine from 128 MB, one lane
   EXPECT_EQ(o.stream_ce_lanes, 1);
   EXPECT_TRUE(o.stream_acquire_load);
-  EXPECT_EQ(o.stream_direct_min, size_t(16) << 20);  // in-process zero-copy NCCL form from 16 MB (session 21, 2x H200)
-  EXPECT_EQ(o.stream_direct_ipc_min, size_t(16) << 20);  // between processes from 16 MB (session 16)
+  EXPECT_EQ(o.stream_direct_min, size_t(16) << 20);  // in-process zero-copy NCCL form from 16 MB (2x H200)
+  EXPECT_EQ(o.stream_direct_ipc_min, size_t(16) << 20);  // between processes from 16 MB
   EXPECT_NO_THROW(o.validate());
 }
 

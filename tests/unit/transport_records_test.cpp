@@ -1,5 +1,5 @@
 // Unit tests of the transport's SHM records: the IPC binding follows the exact record that was
-// bounds-checked (issue 12 #7), revoked publications, posted-irecv records, and the pure parsers
+// bounds-checked, revoked publications, posted-irecv records, and the pure parsers
 // of wire.h (the fuzz targets' functions) on valid and malformed input.
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@
 using namespace peerlink;
 using namespace peerlink::detail;
 
-// #7: a republish that moves the offset (same version, same allocation) must not reuse the cached
+// A republish that moves the offset (same version, same allocation) must not reuse the cached
 // binding's old offset: the pointer written through is the one of the record that was checked.
 TEST(IpcCache, BindingFollowsTheCheckedRecordsOffset) {
   std::string job = common::shm_prefix_for(pltest::unique_test_id("ipc7"));
