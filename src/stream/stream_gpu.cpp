@@ -9,11 +9,11 @@
 #include "common/log.h"
 #include "gpu/runtime.h"
 #include "peerlink/errors.h"
+#include "stream/stream_gate.h"
+#include "stream/stream_launch.h"
+#include "stream/stream_p2p.h"
+#include "stream/stream_zc.h"
 #include "transport/services.h"
-#include "transport/stream_gate.h"
-#include "transport/stream_launch.h"
-#include "transport/stream_p2p.h"
-#include "transport/stream_zc.h"
 
 namespace peerlink::detail {
 

@@ -63,8 +63,8 @@
 #include <vector>
 
 #include "gpu/owners.h"
+#include "stream/stream_layout.h"
 #include "transport/services.h"
-#include "transport/stream_layout.h"
 
 namespace peerlink::stream {
 struct StreamLaunch;
