@@ -25,8 +25,9 @@ LIB_INTERNAL := $(BUILD)/lib/libpeerlink_internal.a
 LIB_RPATH := -Wl,-rpath,'$$ORIGIN/../lib'
 
 # In layer order (scripts/check_layers.sh): common/shm -> gpu -> config -> bootstrap -> topology ->
-# transport -> collectives -> hier.
-LIB_DIRS := src/common src/shm src/config src/bootstrap src/topology src/transport src/collectives src/hier
+# transport -> stream -> collectives -> hier.
+LIB_DIRS := src/common src/shm src/config src/bootstrap src/topology src/transport src/stream src/collectives \
+            src/hier
 LIB_SRCS := $(sort $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.cpp))) \
             $(filter-out src/gpu/runtime_%.cpp,$(wildcard src/gpu/*.cpp)) $(GPU_RUNTIME_SRC)
 LIB_OBJS := $(patsubst %.cpp,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(GPU_DEVICE_SRCS))

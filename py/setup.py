@@ -36,8 +36,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 VENDOR = HERE / "_vendor"
 # In layer order (scripts/check_layers.sh); the fallback compiles them all into the extension.
-LIB_DIRS = ["src/common", "src/shm", "src/config", "src/bootstrap", "src/topology", "src/transport", "src/collectives",
-            "src/hier"]
+LIB_DIRS = ["src/common", "src/shm", "src/config", "src/bootstrap", "src/topology", "src/transport", "src/stream",
+            "src/collectives", "src/hier"]
 
 
 def library_soname():

@@ -15,9 +15,10 @@
 #       3 bootstrap src/bootstrap
 #       4 topology src/topology                  include/peerlink/topology.h
 #       5 transport src/transport                include/peerlink/{communicator,request}.h
-#       6 collectives src/collectives            include/peerlink/{collectives,windows}.h
-#       7 hier     src/hier                      include/peerlink/multinode.h
-#       8 top      src/nccl py tools benchmarks  include/peerlink/peerlink.h (umbrella)
+#       6 stream   src/stream
+#       7 collectives src/collectives            include/peerlink/{collectives,windows}.h
+#       8 hier     src/hier                      include/peerlink/multinode.h
+#       9 top      src/nccl py tools benchmarks  include/peerlink/peerlink.h (umbrella)
 #     A file may include a header of its own layer or a lower one, never a higher one. A public
 #     header not in the map above is an error (add it here when adding it).
 #  2. py/, tools/, benchmarks/ and src/nccl/ (the NCCL-compatible library links libpeerlink.so,
@@ -33,15 +34,15 @@ check_tree() {  # check_tree ROOT: prints violations, exit status 1 when there a
 import os, re, sys
 
 root = sys.argv[1]
-LAYERS = ["common", "gpu", "config", "bootstrap", "topology", "transport", "collectives", "hier", "top"]
+LAYERS = ["common", "gpu", "config", "bootstrap", "topology", "transport", "stream", "collectives", "hier", "top"]
 DIR_LAYER = {"src/common": 0, "src/shm": 0, "src/gpu": 1, "src/config": 2, "src/bootstrap": 3,
-             "src/topology": 4, "src/transport": 5, "src/collectives": 6, "src/hier": 7, "src/nccl": 8,
-             "py": 8, "tools": 8, "benchmarks": 8}
+             "src/topology": 4, "src/transport": 5, "src/stream": 6, "src/collectives": 7, "src/hier": 8,
+             "src/nccl": 9, "py": 9, "tools": 9, "benchmarks": 9}
 PUBLIC = {"errors.h": 0, "log_level.h": 0, "device.h": 1, "options.h": 2, "topology.h": 4,
-          "communicator.h": 5, "request.h": 5, "collectives.h": 6, "windows.h": 6, "fused.h": 6,
-          "multinode.h": 7, "peerlink.h": 8}
+          "communicator.h": 5, "request.h": 5, "collectives.h": 7, "windows.h": 7, "fused.h": 7,
+          "multinode.h": 8, "peerlink.h": 9}
 SRC_FIRST = {"common": 0, "shm": 0, "gpu": 1, "config": 2, "bootstrap": 3, "topology": 4,
-             "transport": 5, "collectives": 6, "hier": 7, "nccl": 8}
+             "transport": 5, "stream": 6, "collectives": 7, "hier": 8, "nccl": 9}
 PUBLIC_ONLY = ("py/", "tools/", "benchmarks/", "src/nccl/")
 PUBLIC_ONLY_EXEMPT = ("benchmarks/micro/", "benchmarks/results/")
 EXTS = (".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh")
@@ -138,7 +139,7 @@ self_test() {
   # A clean tree: every layer includes downward, config reads the environment.
   mk_clean() {
     local t=$1
-    mkdir -p "$t"/{src/common,src/gpu,src/config,src/bootstrap,src/topology,src/transport,src/collectives,include/peerlink,tools,benchmarks/common,py/src}
+    mkdir -p "$t"/{src/common,src/gpu,src/config,src/bootstrap,src/topology,src/transport,src/stream,src/collectives,include/peerlink,tools,benchmarks/common,py/src}
     echo '#pragma once' > "$t/include/peerlink/log_level.h"
     printf '#pragma once\n#include "peerlink/log_level.h"\n' > "$t/include/peerlink/options.h"
     printf '#pragma once\n#include "peerlink/options.h"\n' > "$t/include/peerlink/communicator.h"
@@ -172,6 +173,9 @@ self_test() {
   expect fail common_includes_transport "echo '#include \"transport/t.h\"' >> src/common/log.h"
   expect fail config_includes_topology "echo '#include \"topology/system.h\"' >> src/config/options.cpp"
   expect fail transport_includes_collectives "echo '#include \"collectives/coll_state.h\"' >> src/transport/t.h"
+  expect fail transport_includes_stream "echo '#include \"stream/stream_p2p.h\"' >> src/transport/t.h"
+  expect fail stream_includes_collectives "echo '#include \"collectives/coll_state.h\"' > src/stream/s.cpp"
+  expect pass collectives_includes_stream "echo '#include \"stream/s.h\"' >> src/collectives/c.cpp; printf '#pragma once\\n#include \"transport/t.h\"\\n' > src/stream/s.h"
   expect fail collectives_includes_hier "echo '#include \"hier/node_map.h\"' >> src/collectives/c.cpp"
   expect fail transport_includes_collectives_public "echo '#include <peerlink/collectives.h>' > include/peerlink/collectives.h.tmp; mv include/peerlink/collectives.h.tmp include/peerlink/collectives.h; echo '#include \"peerlink/collectives.h\"' >> src/transport/t.h"
   expect fail new_transport_file_upward "printf '#include \"collectives/x.h\"\n' > src/transport/new_link.cpp"
@@ -210,7 +214,7 @@ check_exports() {  # check_exports LIB
   # (Collected once: grep -q on a pipe would end it early, and pipefail would call that a miss.)
   syms=$(nm -D --defined-only "$lib" | awk '{print $3}' | c++filt)
   bad=$(echo "$syms" |
-        grep -E 'peerlink::(detail|gpu|coll|common|bootstrap|config|shm|hier|py_binding)::|peerlink::topology::(System|Level|Decision|LiveChecks|Probe|probe_|load_system|render_|p2p_level|decide_all\b|system_from|parse_level|path_name|cached_live)' || true)
+        grep -E 'peerlink::(detail|gpu|coll|common|bootstrap|config|shm|hier|stream|py_binding)::|peerlink::topology::(System|Level|Decision|LiveChecks|Probe|probe_|load_system|render_|p2p_level|decide_all\b|system_from|parse_level|path_name|cached_live)' || true)
   local count
   count=$(nm -D --defined-only "$lib" | grep -c ' [TDBRVW] ' || true)
   if [ -n "$bad" ]; then

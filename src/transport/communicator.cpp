@@ -5,7 +5,6 @@
 #include "common/format.h"
 #include "peerlink/errors.h"
 #include "transport/comm_impl.h"
-#include "transport/stream_p2p.h"
 
 namespace peerlink {
 namespace {
@@ -72,35 +71,6 @@ void Communicator::send_direct(int peer, const void* src, size_t len, uint32_t b
 }
 Request Communicator::irecv(int peer, uint32_t buf_id, size_t offset, size_t len) {
   return impl_->irecv(peer, buf_id, offset, len);
-}
-void Communicator::send(int peer, const void* src, size_t len, uint32_t buf_id, size_t offset, uint64_t version,
-                        void* stream) {
-  auto call = impl_->begin("send_pub");  // in flight until it returns: close() waits
-  detail::stream_engine(*impl_).send_pub(peer, src, len, buf_id, offset, version, stream);
-}
-void Communicator::recv(int peer, uint32_t buf_id, size_t offset, size_t len, void* stream) {
-  auto call = impl_->begin("recv_pub");  // in flight until it returns: close() waits
-  detail::stream_engine(*impl_).recv_pub(peer, buf_id, offset, len, stream);
-}
-void Communicator::send(int peer, const void* src, size_t len, void* stream) {
-  auto call = impl_->begin("send_raw");  // in flight until it returns: close() waits
-  detail::stream_engine(*impl_).send_raw(peer, src, len, stream);
-}
-void Communicator::recv(int peer, void* dst, size_t len, void* stream) {
-  auto call = impl_->begin("recv_raw");  // in flight until it returns: close() waits
-  detail::stream_engine(*impl_).recv_raw(peer, dst, len, stream);
-}
-void Communicator::group_start() {
-  auto call = impl_->begin("group_start");
-  detail::stream_engine(*impl_).group_start();
-}
-void Communicator::group_end() {
-  auto call = impl_->begin("group_end");  // in flight until it returns: close() waits
-  detail::stream_engine(*impl_).group_end();
-}
-void Communicator::check_async_error() {
-  auto call = impl_->begin("check_async_error");  // close() waits for us
-  detail::stream_rethrow_async_error(*impl_);
 }
 void Communicator::barrier() { impl_->barrier(); }
 void Communicator::allgather_bytes(const void* mine, size_t bytes, void* all) { impl_->allgather(mine, bytes, all); }

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "gpu/vmm.h"
+#include "stream/stream_layout.h"
+#include "stream/stream_p2p.h"
 #include "stream_gpu_harness.h"
 #include "transport/services.h"
-#include "transport/stream_layout.h"
-#include "transport/stream_p2p.h"
 
 using namespace pltest;
 using namespace pltest::stream_gpu;

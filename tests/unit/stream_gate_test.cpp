@@ -6,8 +6,8 @@
 #include <string>
 
 #include "peerlink/errors.h"
-#include "transport/stream_gate.h"
-#include "transport/stream_p2p.h"
+#include "stream/stream_gate.h"
+#include "stream/stream_p2p.h"
 
 using namespace peerlink;
 using namespace peerlink::stream;

@@ -10,7 +10,7 @@
 
 #include "peerlink/errors.h"
 #include "peerlink/options.h"
-#include "transport/stream_layout.h"
+#include "stream/stream_layout.h"
 
 using namespace peerlink;
 

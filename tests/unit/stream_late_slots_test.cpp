@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <set>
 
-#include "transport/stream_layout.h"
+#include "stream/stream_layout.h"
 
 using peerlink::stream::late_from;
 

@@ -3,7 +3,7 @@
 // wait for a message, and the line reader. Included by stream_pub_device.h and stream_raw_device.h
 // (one translation unit: stream_kernels.cu).
 #pragma once
-#include "transport/stream_device.h"
+#include "stream/stream_device.h"
 
 namespace peerlink::stream {
 namespace {  // one translation unit includes this

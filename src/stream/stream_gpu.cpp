@@ -9,11 +9,11 @@
 #include "common/log.h"
 #include "gpu/runtime.h"
 #include "peerlink/errors.h"
+#include "stream/stream_gate.h"
+#include "stream/stream_launch.h"
+#include "stream/stream_p2p.h"
+#include "stream/stream_zc.h"
 #include "transport/services.h"
-#include "transport/stream_gate.h"
-#include "transport/stream_launch.h"
-#include "transport/stream_p2p.h"
-#include "transport/stream_zc.h"
 
 namespace peerlink::detail {
 
@@ -191,115 +191,140 @@ void StreamEngine::assign_blocks(StreamLaunch& L) const {
   L.threads = swap ? kStreamThreads : fixed > 0 ? fixed : stream_threads_for(largest);
 }
 
+// One stream's share of a batch: its launch, whether the copy engines take it (stream_ce.cpp), and
+// the peer mappings the launch writes.
+struct StreamEngine::GpuLaunch {
+  void* stream = nullptr;
+  StreamLaunch launch{};
+  bool ce = false;
+  std::vector<std::shared_ptr<void>> holds;
+};
+
 void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
   // Group by stream, keeping call order; validate every launch before enqueuing any, so a refused
   // group moves nothing.
   std::vector<void*> streams;
   for (const StreamOp& op : ops)
     if (std::find(streams.begin(), streams.end(), op.stream) == streams.end()) streams.push_back(op.stream);
-  std::vector<StreamLaunch> launches(streams.size());
-  std::vector<char> ce(streams.size(), 0);  // this stream's ops go the copy-engine way (stream_ce.cpp)
-  std::vector<std::vector<std::shared_ptr<void>>> holds(streams.size());
-  for (size_t s = 0; s < streams.size(); ++s) {
-    StreamLaunch& L = launches[s];
-    L = StreamLaunch{};
-    L.slots = uint32_t(slots_);
-    L.chunk = chunk_;
-    L.timeout_ns = uint64_t(comm_.options().timeout.count()) * 1000000ull;
-    L.error = error_;  // mapped pinned memory: the same address on the device (UVA), as the collectives use it
-    L.acq_load = comm_.options().stream_acquire_load ? 1 : 0;
-    L.ll_max = ll_max_;
-    L.ll_slot = pub_ll_slot_bytes(ll_max_);
-    L.staging_off = staging_offset(true, ll_max_);
-    L.direct_min = direct_min_;
-    L.direct_ipc_min = direct_ipc_min_;
-    // Channels in order of first appearance; each channel's ops contiguous, in call order.
-    std::vector<const StreamOp*> mine;
-    for (const StreamOp& op : ops)
-      if (op.stream == streams[s]) mine.push_back(&op);
-    ce[s] = ce_eligible(mine);
-    int nops = 0;
-    for (size_t i = 0; i < mine.size(); ++i) {
-      const StreamOp& head = *mine[i];
-      bool seen = false;
-      for (int c = 0; c < L.nch; ++c) seen |= L.ch[c].peer == head.peer && L.ch[c].kind == int(head.kind);
-      if (seen) continue;
-      if (L.nch == kMaxLaunchChannels)
-        throw UnsupportedError(cat("a group on one stream uses more than ", kMaxLaunchChannels,
-                                   " (peer, direction, form) channels; split it across streams"));
-      DevChannel& ch = L.ch[L.nch++];
-      ch.kind = int16_t(head.kind);
-      ch.peer = int16_t(head.peer);
-      ch.first_op = int16_t(nops);
-      const bool self = head.kind == StreamOpKind::LocalCopy;
-      ch.mine = self ? nullptr : this->mine(head.peer);
-      ch.remote = self ? nullptr : remote_[head.peer];
-      const bool raw = head.kind == StreamOpKind::SendRaw || head.kind == StreamOpKind::RecvRaw;
-      ch.direct = !raw ? 0 : in_process_[head.peer] ? kDirectLocal : zc_ ? kDirectIpc : 0;
-      for (size_t j = i; j < mine.size(); ++j) {
-        const StreamOp& op = *mine[j];
-        if (op.peer != head.peer || op.kind != head.kind) continue;
-        if (nops == kMaxLaunchOps)
-          throw UnsupportedError(cat("a group on one stream holds more than ", kMaxLaunchOps,
-                                     " operations on a GPU; split it into several groups"));
-        DevOp& d = L.ops[nops++];
-        d.src = op.src;
-        d.dst = op.dst;
-        d.len = op.len;
-        d.offset = op.offset;
-        d.buf_id = op.buf_id;
-        d.flags = op.direct_ok ? kOpDirectOk : op.zc_slot >= 0 ? kOpDirectIpc : 0;
-        if (op.zc_slot >= 0) d.buf_id = uint32_t(op.zc_slot);
-        ++ch.nops;
-        if (op.hold) holds[s].push_back(op.hold);
-      }
-    }
-    gate_in_place(L, chunk_, ll_max_);  // before assign_blocks: a staged gated recv takes its chunks' blocks
-    assign_blocks(L);
-  }
+  std::vector<GpuLaunch> batch(streams.size());
+  for (size_t s = 0; s < streams.size(); ++s) plan_launch(ops, streams[s], batch[s]);
   // Finished launches let go of their mappings; never while capturing (no event queries inside a
   // capture: with the thread-local capture mode they would invalidate it).
   bool capturing = false;
   for (void* st : streams) capturing |= gpu::stream_is_capturing(st);
   if (!capturing) reap_inflight(false);
-  // Zero-copy binds ride on the first launch that is not captured (a replayed bind would only
-  // rewrite the same entry) and is a kernel (not the copy-engine path's).
-  int bind_launch = -1;
-  for (size_t s = 0; s < streams.size() && zc_; ++s) {
-    const bool binds = !capturing && bind_launch < 0 && !ce[s];
-    if (binds) bind_launch = int(s);
-    zc_->fill(launches[s], remote_, binds);
-  }
+  const int bind_launch = fill_zero_copy(batch, capturing);
   const int prev = gpu::current_device();
   if (prev != comm_.device()) gpu::set_device(comm_.device());
   try {
-    for (size_t s = 0; s < streams.size(); ++s) {
-      if (ce[s]) launch_ce(launches[s], streams[s]);
-      else launch_stream_batch(launches[s], streams[s]);
-      if (int(s) == bind_launch) zc_->committed(launches[s].nbinds);
-      if (gpu::stream_is_capturing(streams[s])) {
-        // A graph may replay this launch at any time: its mappings stay open with the engine
-        // (once each: captures of the same buffers add nothing).
-        for (auto& h : holds[s])
-          if (std::find(graph_holds_.begin(), graph_holds_.end(), h) == graph_holds_.end()) graph_holds_.push_back(h);
-        continue;
-      }
-      Inflight f;
-      if (!free_events_.empty()) {
-        f.event = free_events_.back();
-        free_events_.pop_back();
-      } else {
-        f.event = gpu::event_create();
-      }
-      f.holds = std::move(holds[s]);
-      gpu::event_record(f.event, streams[s]);
-      inflight_.push_back(std::move(f));
-    }
+    for (size_t s = 0; s < batch.size(); ++s) enqueue_launch(batch[s], int(s) == bind_launch);
   } catch (...) {
     if (prev != comm_.device()) gpu::set_device(prev);
     throw;
   }
   if (prev != comm_.device()) gpu::set_device(prev);
+}
+
+// The launch of `stream`'s ops of the batch: the engine's parameters, the ops by channel, then the
+// in-place gates and the grid.
+void StreamEngine::plan_launch(const std::vector<StreamOp>& ops, void* stream, GpuLaunch& b) const {
+  b.stream = stream;
+  StreamLaunch& L = b.launch;
+  L = StreamLaunch{};
+  L.slots = uint32_t(slots_);
+  L.chunk = chunk_;
+  L.timeout_ns = uint64_t(comm_.options().timeout.count()) * 1000000ull;
+  L.error = error_;  // mapped pinned memory: the same address on the device (UVA), as the collectives use it
+  L.acq_load = comm_.options().stream_acquire_load ? 1 : 0;
+  L.ll_max = ll_max_;
+  L.ll_slot = pub_ll_slot_bytes(ll_max_);
+  L.staging_off = staging_offset(true, ll_max_);
+  L.direct_min = direct_min_;
+  L.direct_ipc_min = direct_ipc_min_;
+  std::vector<const StreamOp*> mine;
+  for (const StreamOp& op : ops)
+    if (op.stream == stream) mine.push_back(&op);
+  b.ce = ce_eligible(mine);
+  add_channels(L, mine, b.holds);
+  gate_in_place(L, chunk_, ll_max_);  // before assign_blocks: a staged gated recv takes its chunks' blocks
+  assign_blocks(L);
+}
+
+// Channels in order of first appearance; each channel's ops contiguous, in call order.
+void StreamEngine::add_channels(StreamLaunch& L, const std::vector<const StreamOp*>& mine,
+                                std::vector<std::shared_ptr<void>>& holds) const {
+  int nops = 0;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const StreamOp& head = *mine[i];
+    bool seen = false;
+    for (int c = 0; c < L.nch; ++c) seen |= L.ch[c].peer == head.peer && L.ch[c].kind == int(head.kind);
+    if (seen) continue;
+    if (L.nch == kMaxLaunchChannels)
+      throw UnsupportedError(cat("a group on one stream uses more than ", kMaxLaunchChannels,
+                                 " (peer, direction, form) channels; split it across streams"));
+    DevChannel& ch = L.ch[L.nch++];
+    ch.kind = int16_t(head.kind);
+    ch.peer = int16_t(head.peer);
+    ch.first_op = int16_t(nops);
+    const bool self = head.kind == StreamOpKind::LocalCopy;
+    ch.mine = self ? nullptr : this->mine(head.peer);
+    ch.remote = self ? nullptr : remote_[head.peer];
+    const bool raw = head.kind == StreamOpKind::SendRaw || head.kind == StreamOpKind::RecvRaw;
+    ch.direct = !raw ? 0 : in_process_[head.peer] ? kDirectLocal : zc_ ? kDirectIpc : 0;
+    for (size_t j = i; j < mine.size(); ++j) {
+      const StreamOp& op = *mine[j];
+      if (op.peer != head.peer || op.kind != head.kind) continue;
+      if (nops == kMaxLaunchOps)
+        throw UnsupportedError(cat("a group on one stream holds more than ", kMaxLaunchOps,
+                                   " operations on a GPU; split it into several groups"));
+      DevOp& d = L.ops[nops++];
+      d.src = op.src;
+      d.dst = op.dst;
+      d.len = op.len;
+      d.offset = op.offset;
+      d.buf_id = op.buf_id;
+      d.flags = op.direct_ok ? kOpDirectOk : op.zc_slot >= 0 ? kOpDirectIpc : 0;
+      if (op.zc_slot >= 0) d.buf_id = uint32_t(op.zc_slot);
+      ++ch.nops;
+      if (op.hold) holds.push_back(op.hold);
+    }
+  }
+}
+
+// Zero-copy binds ride on the first launch that is not captured (a replayed bind would only
+// rewrite the same entry) and is a kernel (not the copy-engine path's): returns its index, or -1.
+int StreamEngine::fill_zero_copy(std::vector<GpuLaunch>& batch, bool capturing) const {
+  int bind_launch = -1;
+  for (size_t s = 0; s < batch.size() && zc_; ++s) {
+    const bool binds = !capturing && bind_launch < 0 && !batch[s].ce;
+    if (binds) bind_launch = int(s);
+    zc_->fill(batch[s].launch, remote_, binds);
+  }
+  return bind_launch;
+}
+
+// Enqueues one launch; an eager one keeps its mappings until its event completes (reap_inflight).
+void StreamEngine::enqueue_launch(GpuLaunch& b, bool binds) {
+  if (b.ce) launch_ce(b.launch, b.stream);
+  else launch_stream_batch(b.launch, b.stream);
+  if (binds) zc_->committed(b.launch.nbinds);
+  if (gpu::stream_is_capturing(b.stream)) {
+    // A graph may replay this launch at any time: its mappings stay open with the engine
+    // (once each: captures of the same buffers add nothing).
+    for (auto& h : b.holds)
+      if (std::find(graph_holds_.begin(), graph_holds_.end(), h) == graph_holds_.end()) graph_holds_.push_back(h);
+    return;
+  }
+  Inflight f;
+  if (!free_events_.empty()) {
+    f.event = free_events_.back();
+    free_events_.pop_back();
+  } else {
+    f.event = gpu::event_create();
+  }
+  f.holds = std::move(b.holds);
+  gpu::event_record(f.event, b.stream);
+  inflight_.push_back(std::move(f));
 }
 
 }  // namespace peerlink::detail

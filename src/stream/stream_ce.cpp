@@ -17,8 +17,8 @@
 #include <algorithm>
 
 #include "gpu/runtime.h"
-#include "transport/stream_launch.h"
-#include "transport/stream_p2p.h"
+#include "stream/stream_launch.h"
+#include "stream/stream_p2p.h"
 
 namespace peerlink::detail {
 

@@ -1,7 +1,7 @@
 // Device side of the published-form send and recv (protocol: stream_layout.h; memory ordering:
 // stream_kernels.cu). Included only by stream_kernels.cu.
 #pragma once
-#include "transport/stream_ll_device.h"
+#include "stream/stream_ll_device.h"
 
 namespace peerlink::stream {
 namespace {  // one translation unit includes this

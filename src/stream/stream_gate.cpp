@@ -1,11 +1,11 @@
 // Host side of in-place NCCL-form pairs (stream_gate.h).
-#include "transport/stream_gate.h"
+#include "stream/stream_gate.h"
 
 #include <cstdint>
 
 #include "common/log.h"
 #include "peerlink/errors.h"
-#include "transport/stream_p2p.h"
+#include "stream/stream_p2p.h"
 
 namespace peerlink::stream {
 

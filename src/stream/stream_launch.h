@@ -15,7 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "transport/stream_layout.h"
+#include "stream/stream_layout.h"
 
 namespace peerlink::stream {
 

@@ -5,7 +5,7 @@
 // see stream_kernels.cu for the memory-ordering rules they follow.
 #pragma once
 #include "gpu/device.h"
-#include "transport/stream_launch.h"
+#include "stream/stream_launch.h"
 
 namespace peerlink::stream {
 namespace {  // one translation unit includes this

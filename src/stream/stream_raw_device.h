@@ -1,7 +1,7 @@
 // Device side of the NCCL-form send and recv: runs of chunks through staging slots or LL pieces
 // (protocol: stream_layout.h; memory ordering: stream_kernels.cu). Included only by stream_kernels.cu.
 #pragma once
-#include "transport/stream_swap_device.h"
+#include "stream/stream_swap_device.h"
 
 namespace peerlink::stream {
 namespace {  // one translation unit includes this

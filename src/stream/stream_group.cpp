@@ -1,7 +1,7 @@
 // Stream engine: groups (ops queued until group_end, then run as one batch), the pairing of a
 // group's sends to and recvs from this rank itself, and the per-peer broken state an op that failed
 // leaves behind (stream_p2p.h).
-#include "transport/stream_p2p.h"
+#include "stream/stream_p2p.h"
 
 #include <cstring>
 

@@ -13,11 +13,11 @@
 
 #include "gpu/device.h"
 #include "peerlink/errors.h"
-#include "transport/stream_ce_device.h"
-#include "transport/stream_device.h"
-#include "transport/stream_launch.h"
-#include "transport/stream_pub_device.h"
-#include "transport/stream_raw_device.h"
+#include "stream/stream_ce_device.h"
+#include "stream/stream_device.h"
+#include "stream/stream_launch.h"
+#include "stream/stream_pub_device.h"
+#include "stream/stream_raw_device.h"
 
 namespace peerlink::stream {
 namespace {

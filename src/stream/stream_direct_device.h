@@ -41,7 +41,7 @@
 // sender resolves the post against its own table and refuses any post that does not fall inside
 // the allocation bound under that slot, or a plain address from another process (post_target).
 #pragma once
-#include "transport/stream_device.h"
+#include "stream/stream_device.h"
 
 namespace peerlink::stream {
 namespace {  // one translation unit includes this

@@ -63,8 +63,8 @@
 #include <vector>
 
 #include "gpu/owners.h"
+#include "stream/stream_layout.h"
 #include "transport/services.h"
-#include "transport/stream_layout.h"
 
 namespace peerlink::stream {
 struct StreamLaunch;
@@ -146,6 +146,22 @@ class StreamEngine final : public UpperState {
   void run(std::vector<StreamOp>& ops);
   void run_host(std::vector<StreamOp>& ops);   // stream_host.cpp
   void run_gpu(std::vector<StreamOp>& ops);    // stream_gpu.cpp: one kernel per stream, no host wait
+  // Host backend steps (stream_host.cpp). A FIFO channel's state in one pass over the batch: its
+  // earlier ops all done (Open), one of them stuck (Blocked), or a published recv posted, not done.
+  enum class HostChannel : char { Open = 0, Blocked, Posted };
+  void number_host_ops(std::vector<StreamOp>& ops);
+  bool host_recv_pub(StreamOp& op, HostChannel& blk);  // each: whether it moved; op.done when finished
+  bool host_send_pub(StreamOp& op, HostChannel& blk);
+  bool host_send_raw(StreamOp& op, HostChannel& blk);
+  bool host_recv_raw(std::vector<StreamOp>& ops, StreamOp& op, HostChannel& blk);
+  void drain_host_recv(std::vector<StreamOp>& ops, StreamOp& op, uint64_t sender_len);
+  // GPU steps (stream_gpu.cpp): one launch per stream of the batch.
+  struct GpuLaunch;
+  void plan_launch(const std::vector<StreamOp>& ops, void* stream, GpuLaunch& b) const;
+  void add_channels(stream::StreamLaunch& L, const std::vector<const StreamOp*>& mine,
+                    std::vector<std::shared_ptr<void>>& holds) const;
+  int fill_zero_copy(std::vector<GpuLaunch>& batch, bool capturing) const;
+  void enqueue_launch(GpuLaunch& b, bool binds);
   void check_device_error();                   // stream_gpu.cpp: what earlier kernels recorded
   std::exception_ptr device_error(uint32_t word) const;  // stream_gpu.cpp: the error a word names
   void reap_inflight(bool wait_all);

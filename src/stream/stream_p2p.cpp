@@ -2,7 +2,7 @@
 // the calls (their argument checks: stream_args.cpp). Groups, self pairs and the per-peer broken state:
 // stream_group.cpp. Data movement: stream_host.cpp (host backend, synchronous) and stream_gpu.cpp +
 // stream_kernels.cu (GPUs, stream-ordered).
-#include "transport/stream_p2p.h"
+#include "stream/stream_p2p.h"
 
 #include <algorithm>
 #include <cstring>
@@ -11,9 +11,9 @@
 #include "gpu/owners.h"
 #include "gpu/runtime.h"
 #include "peerlink/errors.h"
+#include "stream/stream_launch.h"
+#include "stream/stream_zc.h"
 #include "transport/services.h"
-#include "transport/stream_launch.h"
-#include "transport/stream_zc.h"
 
 namespace peerlink::detail {
 

@@ -11,7 +11,7 @@
 #pragma once
 #include <cstdint>
 
-#include "transport/stream_launch.h"
+#include "stream/stream_launch.h"
 
 namespace peerlink::stream {
 

@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "gpu/owners.h"
-#include "transport/stream_launch.h"
+#include "stream/stream_launch.h"
 
 namespace peerlink::detail {
 

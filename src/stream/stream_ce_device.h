@@ -1,7 +1,7 @@
 // Device side of the copy-engine published-form send (stream_ce.cpp): the bodies of the two
 // one-block kernels around the copy. Included only by stream_kernels.cu.
 #pragma once
-#include "transport/stream_device.h"
+#include "stream/stream_device.h"
 
 namespace peerlink::stream {
 namespace {  // one translation unit includes this

@@ -1,7 +1,7 @@
 // Host-only builds have no kernels; a host-backend communicator never reaches this.
 #if defined(PEERLINK_HOST_ONLY)
 #include "peerlink/errors.h"
-#include "transport/stream_launch.h"
+#include "stream/stream_launch.h"
 
 namespace peerlink::stream {
 void launch_stream_batch(const StreamLaunch&, void*) {

@@ -1,6 +1,6 @@
 // NCCL-form zero-copy between processes, host side: exports of receive allocations (receiver),
 // non-blocking binds of the peer's exports (sender). Protocol and why: stream_zc.h.
-#include "transport/stream_zc.h"
+#include "stream/stream_zc.h"
 
 #include <algorithm>
 

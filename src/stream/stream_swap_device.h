@@ -26,8 +26,8 @@
 // load saw the gate. Tags never repeat in place (they number the pair's zero-copy messages), so no
 // gate is ever reset and a graph replays the exchange as it is.
 #pragma once
-#include "transport/stream_direct_device.h"
-#include "transport/stream_ll_device.h"
+#include "stream/stream_direct_device.h"
+#include "stream/stream_ll_device.h"
 
 namespace peerlink::stream {
 namespace {  // one translation unit includes this

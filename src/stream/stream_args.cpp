@@ -7,8 +7,8 @@
 #include "common/log.h"
 #include "gpu/runtime.h"
 #include "peerlink/errors.h"
+#include "stream/stream_p2p.h"
 #include "transport/services.h"
-#include "transport/stream_p2p.h"
 
 namespace peerlink::detail {
 
