@@ -209,7 +209,7 @@ struct Options {
   // once; the kernel ~360.
   size_t coll_zero_copy_ce_min = size_t(128) << 20;
 
-  // ---- stream-ordered send/recv on GPUs (transport/stream_*).
+  // ---- stream-ordered send/recv on GPUs (src/stream/).
   // Most blocks one stream send/recv channel uses (PEERLINK_STREAM_BLOCKS, [0, 1024]); 0 = the
   // built-in default (64). The grid is capped at the multiprocessor count whatever the setting.
   int stream_blocks = 0;

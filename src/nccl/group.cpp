@@ -119,7 +119,7 @@ bool overlaps(const char* a, size_t an, const char* b, size_t bn) { return an &&
 // Except on a GPU, where the stream engine orders an exact pair itself (a send reading exactly the
 // bytes that one receive of the same stream writes, nothing else overlapping either: nccl-tests
 // sendrecv and alltoall in place): each received chunk waits until the send read it
-// (transport/stream_gate.h), up to kGateCap chunks per peer and launch, 1 GB of 128 KB chunks; up
+// (stream/stream_gate.h), up to kGateCap chunks per peer and launch, 1 GB of 128 KB chunks; up
 // to kEngineOrderedBytes per group here. nccl-tests sendrecv_perf -g 2 -G 100 in place, 2x H100:
 // see benchmarks/results/2026-11-28-h100x2.md.
 constexpr size_t kEngineOrderedBytes = size_t(512) << 20;

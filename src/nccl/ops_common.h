@@ -128,7 +128,7 @@ bool use_p2p_plan(ncclComm* c, size_t block, const void* send, size_t send_bytes
                   void* stream);
 // ncclAlltoAll with sendbuff == recvbuff: the p2p plan instead of the collective when each block
 // goes the stream engine's in-place zero-copy exchange (Options::stream_direct_min; every peer a
-// rank of this process: transport/stream_gate.h), which beats the collective's window swap.
+// rank of this process: stream/stream_gate.h), which beats the collective's window swap.
 bool swap_by_p2p_plan(ncclComm* c, size_t block);
 // A stream-ordered local copy (host backend: memcpy).
 void local_copy(ncclComm* c, void* dst, const void* src, size_t bytes, void* stream);

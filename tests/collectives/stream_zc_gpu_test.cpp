@@ -1,4 +1,4 @@
-// Stream-ordered NCCL-form send/recv between two PROCESSES, zero-copy (src/transport/stream_zc.h):
+// Stream-ordered NCCL-form send/recv between two PROCESSES, zero-copy (src/stream/stream_zc.h):
 // the receiver exports its receive allocations, the sender maps them and writes straight into them
 // once it acknowledged them; until then (the first messages into a buffer, buffers first used in a
 // capture, memory that cannot be exported) messages are staged. Every payload is verified, and the

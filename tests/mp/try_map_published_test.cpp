@@ -1,5 +1,5 @@
 // CommServices::try_map_published, which the stream engine's zero-copy sender polls with
-// (src/transport/stream_zc.h): nothing before the peer publishes, the whole publication after,
+// (src/stream/stream_zc.h): nothing before the peer publishes, the whole publication after,
 // typed errors for another version, a freed buffer and a bad peer. Fork-based, host backend.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// In-place NCCL-form pairs of one launch (transport/stream_gate.h): which ops are paired, where their
+// In-place NCCL-form pairs of one launch (stream/stream_gate.h): which ops are paired, where their
 // gates go, and the bound.
 #include <gtest/gtest.h>
 
