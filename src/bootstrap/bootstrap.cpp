@@ -18,7 +18,6 @@
 namespace peerlink::bootstrap {
 namespace {
 
-using common::cat;
 using Clock = std::chrono::steady_clock;
 
 uint64_t random_nonce() {
@@ -41,9 +40,8 @@ Bootstrap::Bootstrap(const std::string& unique_id, int rank, int world_size, std
       id_prefix_(common::shm_prefix_for(unique_id)),
       interrupt_check_(std::move(interrupt_check)) {
   join(timeout);
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%08llx", static_cast<unsigned long long>(layout_->nonce & 0xffffffffULL));
-  job_prefix_ = cat(id_prefix_, hex, "_");
+  job_prefix_ =
+      common::format("{}{:08x}_", id_prefix_, static_cast<unsigned long long>(layout_->nonce & 0xffffffffULL));
   try {
     wait_all_joined(timeout);
   } catch (...) {
@@ -68,7 +66,9 @@ common::Segment Bootstrap::acquire_rendezvous(const std::string& name) {
   const std::string path = "/dev/shm/" + name;
   int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
-    if (errno != ENOENT) throw SysError(cat("cannot open rendezvous segment ", name, ": ", std::strerror(errno)), errno, "open");
+    if (errno != ENOENT)
+      throw SysError(common::format("cannot open rendezvous segment {}: {}", name, std::strerror(errno)), errno,
+                     "open");
     common::Segment seg = common::Segment::publish_locked(name, sizeof(BootLayout), 0, [&](void* p) {
       auto* l = static_cast<BootLayout*>(p);
       l->world_size = static_cast<uint32_t>(world_);
@@ -79,8 +79,9 @@ common::Segment Bootstrap::acquire_rendezvous(const std::string& name) {
       // A fresh rendezvous: leftovers of a crashed run of this id (owners dead) go now.
       int removed = common::remove_stale_segments(id_prefix_);
       if (removed > 0)
-        common::log_line(LogLevel::Warn, LogLevel::Warn,
-                         cat("removed ", removed, " stale SHM segment(s) of a crashed run with prefix ", id_prefix_));
+        common::log_line(
+            LogLevel::Warn, LogLevel::Warn,
+            common::format("removed {} stale SHM segment(s) of a crashed run with prefix {}", removed, id_prefix_));
     }
     return seg;  // empty: someone else published it first; open theirs next time
   }
@@ -103,8 +104,9 @@ common::Segment Bootstrap::acquire_rendezvous(const std::string& name) {
         // Not a valid segment: stale whatever it holds.
       }
       if (held.valid()) check_failed_run(held);
-      common::log_line(LogLevel::Warn, LogLevel::Warn,
-                       cat("rank ", rank_, ": replacing stale rendezvous segment ", name, " (no live rank holds it)"));
+      common::log_line(
+          LogLevel::Warn, LogLevel::Warn,
+          common::format("rank {}: replacing stale rendezvous segment {} (no live rank holds it)", rank_, name));
       ::unlink(path.c_str());
     }
     if (fd >= 0) ::close(fd);
@@ -120,8 +122,10 @@ common::Segment Bootstrap::acquire_rendezvous(const std::string& name) {
     return common::Segment::adopt_fd(fd, name);
   } catch (const Error& e) {
     ::close(fd);
-    throw Error(cat("rendezvous segment ", name, " is held by a live process but is not a valid segment (",
-                    e.what(), "); is another program using the unique id's name?"));
+    throw Error(
+        common::format("rendezvous segment {} is held by a live process but is not a valid segment ({}); is another "
+                       "program using the unique id's name?",
+                       name, e.what()));
   }
 }
 
@@ -172,11 +176,14 @@ bool Bootstrap::claim_slot(BootLayout* l, Clock::time_point deadline, common::In
       continue;
     }
     if (expected == kJoined && common::process_alive({mine.pid, mine.start_time}))
-      throw InvalidArgument(cat("rank ", rank_, " of this unique id is already taken by live pid ", mine.pid,
-                                " (two processes with the same rank, or two jobs with the same unique id at once?)"));
-    *why_wait = expected == kJoining ? cat("rank ", rank_, "'s slot is being claimed by another process")
-                                     : cat("rank ", rank_, "'s slot is held by pid ", mine.pid, ", which ",
-                                           expected == kLeft ? "gave up" : "died", " in an earlier run of this id");
+      throw InvalidArgument(
+          common::format("rank {} of this unique id is already taken by live pid {} (two processes with the same rank, "
+                         "or two jobs with the same unique id at once?)",
+                         rank_, mine.pid));
+    *why_wait = expected == kJoining
+                    ? common::format("rank {}'s slot is being claimed by another process", rank_)
+                    : common::format("rank {}'s slot is held by pid {}, which {} in an earlier run of this id", rank_,
+                                     mine.pid, expected == kLeft ? "gave up" : "died");
     return false;
   }
   common::ProcId me = common::self_proc_id();
@@ -194,13 +201,13 @@ void Bootstrap::join(std::chrono::milliseconds timeout) {
   for (int iter = 0;; ++iter) {
     interrupt.poll();  // only here: every iteration that goes on owns nothing yet
     if (Clock::now() > deadline)
-      throw TimeoutError(cat("rank ", rank_, ": could not join rendezvous segment ", name, " within ",
-                             timeout.count(), " ms", why_wait.empty() ? "" : ": " + why_wait));
+      throw TimeoutError(common::format("rank {}: could not join rendezvous segment {} within {} ms{}", rank_, name,
+                                        timeout.count(), why_wait.empty() ? "" : ": " + why_wait));
     common::Segment seg = acquire_rendezvous(name);
     if (!seg.valid()) { backoff(iter); continue; }
     if (seg.payload_bytes() != sizeof(BootLayout))
-      throw Error(cat("rendezvous segment ", name, " has ", seg.payload_bytes(), " bytes, expected ",
-                      sizeof(BootLayout), " (another peerlink version?)"));
+      throw Error(common::format("rendezvous segment {} has {} bytes, expected {} (another peerlink version?)", name,
+                                 seg.payload_bytes(), sizeof(BootLayout)));
     auto* l = static_cast<BootLayout*>(seg.payload());
     check_layout_header(l, sizeof(BootLayout), world_, kLayoutVersion);
     if (!claim_slot(l, deadline, interrupt, &why_wait)) {  // drops our hold: the failing run can then go away
@@ -240,7 +247,7 @@ void Bootstrap::wait_all_joined(std::chrono::milliseconds timeout) {
       } else if (st == kLeft) {
         gave_up.push_back(r);  // its own rendezvous failed; reported with the missing ones
       } else if (st != kJoined && st != kLeft) {
-        throw Error(cat("rendezvous: rank ", r, "'s slot has invalid state ", st, " (corrupted segment)"));
+        throw Error(common::format("rendezvous: rank {}'s slot has invalid state {} (corrupted segment)", r, st));
       } else if (r != rank_ && check_alive && !common::process_alive({s.pid, s.start_time})) {
         rendezvous_peer_lost(r);
       }
@@ -253,9 +260,10 @@ void Bootstrap::wait_all_joined(std::chrono::milliseconds timeout) {
     }
     interrupt.poll();  // the constructor's catch leaves and unlinks
     if (Clock::now() > deadline)
-      throw TimeoutError(cat("rank ", rank_, ": rendezvous timed out after ", timeout.count(),
-                             " ms; ranks that never arrived: ", missing.empty() ? "none" : missing_ranks(missing),
-                             gave_up.empty() ? "" : "; ranks that arrived and gave up: " + missing_ranks(gave_up)));
+      throw TimeoutError(
+          common::format("rank {}: rendezvous timed out after {} ms; ranks that never arrived: {}{}", rank_,
+                         timeout.count(), missing.empty() ? "none" : missing_ranks(missing),
+                         gave_up.empty() ? "" : "; ranks that arrived and gave up: " + missing_ranks(gave_up)));
     backoff(iter);
   }
 }
@@ -320,18 +328,20 @@ void Bootstrap::check_interrupt() {
 // so nothing a live process (e.g. a reused pid) owns is touched.
 void Bootstrap::barrier_peer_lost(int r) {
   bool left = peer_left(r);
-  if (!left) common::remove_stale_segments(cat(job_prefix_, "r", r, "_"));
+  if (!left) common::remove_stale_segments(common::format("{}r{}_", job_prefix_, r));
   mark_out_of_step(3);
-  throw PeerLostError(cat("barrier: rank ", r, " (pid ", layout_->slots[r].pid, ") ",
-                          left ? "closed its communicator" : "died"));
+  throw PeerLostError(common::format("barrier: rank {} (pid {}) {}", r, layout_->slots[r].pid,
+                                     left ? "closed its communicator" : "died"));
 }
 
 void Bootstrap::barrier(std::chrono::milliseconds timeout) {
   // Once a barrier of this rank failed after publishing its arrival, the ranks disagree on how
   // many barriers ran: another one would pair our k+1 with their k. Refuse instead.
   if (interrupted())
-    throw Error(cat("barrier on rank ", rank_, ": an earlier barrier or collective wait ", out_of_step_reason(),
-                    ", so the ranks no longer agree on how many ran; close the communicator"));
+    throw Error(
+        common::format("barrier on rank {}: an earlier barrier or collective wait {}, so the ranks no longer agree on "
+                       "how many ran; close the communicator",
+                       rank_, out_of_step_reason()));
   uint64_t k = ++barrier_count_;
   layout_->slots[rank_].barrier_count.store(k, std::memory_order_release);
   for (int r = 0; r < world_; ++r) layout_->barrier_bell[r].ring();
@@ -360,8 +370,8 @@ void Bootstrap::barrier(std::chrono::milliseconds timeout) {
     }
     if (now > deadline) {
       mark_out_of_step(2);  // same as an interruption: our arrival stays published
-      throw TimeoutError(cat("barrier timed out after ", timeout.count(), " ms on rank ", rank_,
-                             "; ranks that did not arrive: ", missing_ranks(missing)));
+      throw TimeoutError(common::format("barrier timed out after {} ms on rank {}; ranks that did not arrive: {}",
+                                        timeout.count(), rank_, missing_ranks(missing)));
     }
     if (iter > 64) {
       // Sleep on our own doorbell: peers ring everyone's when they arrive.
@@ -375,7 +385,7 @@ void Bootstrap::barrier(std::chrono::milliseconds timeout) {
 
 void Bootstrap::allgather(const void* mine, size_t bytes, void* all, std::chrono::milliseconds timeout) {
   if (bytes > kAllgatherBytes)
-    throw InvalidArgument(cat("allgather of ", bytes, " bytes exceeds the ", kAllgatherBytes, "-byte slot"));
+    throw InvalidArgument(common::format("allgather of {} bytes exceeds the {}-byte slot", bytes, kAllgatherBytes));
   // Nobody may overwrite their slot while a slower rank still reads the previous round.
   barrier(timeout);
   std::memcpy(layout_->allgather[rank_], mine, bytes);

@@ -73,11 +73,9 @@ std::string make_node_unique_id(const HostIdentity& maker) {
     std::mt19937_64 g(seq);
     for (auto& b : r) b = static_cast<unsigned char>(g());
   }
-  char hex[17], node[17];
-  for (int i = 0; i < 8; ++i) std::snprintf(hex + 2 * i, 3, "%02x", r[i]);
-  std::snprintf(node, sizeof node, "%016llx", static_cast<unsigned long long>(maker.node));
-  std::string name = printable(maker.name);
-  return std::string("pl-") + hex + "@" + name + "." + node;
+  std::string hex;
+  for (int i = 0; i < 8; ++i) hex += common::format("{:02x}", r[i]);
+  return common::format("pl-{}@{}.{:016x}", hex, printable(maker.name), static_cast<unsigned long long>(maker.node));
 }
 
 bool parse_node_unique_id(const std::string& id, uint64_t* node, std::string* name) {

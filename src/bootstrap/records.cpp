@@ -8,12 +8,12 @@
 #include "peerlink/errors.h"
 
 namespace peerlink::bootstrap {
-using common::cat;
 
 SlotRecord parse_slot(const void* bytes, size_t n, int rank, int world_size) {
-  if (n < sizeof(RankSlot)) throw Error(cat("slot of rank ", rank, ": ", n, " bytes, need ", sizeof(RankSlot)));
+  if (n < sizeof(RankSlot))
+    throw Error(common::format("slot of rank {}: {} bytes, need {}", rank, n, sizeof(RankSlot)));
   if (world_size < 1 || world_size > kMaxRanks || rank < 0 || rank >= world_size)
-    throw InvalidArgument(cat("parse_slot: rank ", rank, " / world size ", world_size, " out of range"));
+    throw InvalidArgument(common::format("parse_slot: rank {} / world size {} out of range", rank, world_size));
   const auto* s = static_cast<const RankSlot*>(bytes);
   SlotRecord r;
   // Field by field into a private copy (the slot may change under us; decisions use the copy).
@@ -22,9 +22,10 @@ SlotRecord parse_slot(const void* bytes, size_t n, int rank, int world_size) {
   std::memcpy(&r.start_time, &s->start_time, sizeof r.start_time);
   r.barrier_count = s->barrier_count.load(std::memory_order_acquire);
   if (r.state != kEmpty && r.state != kJoined && r.state != kLeft && r.state != kJoining)
-    throw Error(cat("slot of rank ", rank, ": invalid state ", r.state, " (corrupted rendezvous segment)"));
+    throw Error(common::format("slot of rank {}: invalid state {} (corrupted rendezvous segment)", rank, r.state));
   if ((r.state == kJoined || r.state == kLeft) && r.pid <= 0)
-    throw Error(cat("slot of rank ", rank, ": ", r.state == kJoined ? "joined" : "left", " with invalid pid ", r.pid));
+    throw Error(
+        common::format("slot of rank {}: {} with invalid pid {}", rank, r.state == kJoined ? "joined" : "left", r.pid));
   return r;
 }
 
@@ -53,16 +54,16 @@ FailureView parse_failure(const void* bytes, size_t n, int world_size) {
 }
 
 void check_layout_header(const void* bytes, size_t n, int world_size, uint32_t layout_version) {
-  if (n < 8) throw Error(cat("rendezvous layout header: ", n, " bytes, need 8"));
+  if (n < 8) throw Error(common::format("rendezvous layout header: {} bytes, need 8", n));
   uint32_t ws, ver;
   std::memcpy(&ws, bytes, 4);
   std::memcpy(&ver, static_cast<const char*>(bytes) + 4, 4);
   if (ver != layout_version)
-    throw Error(cat("rendezvous segment has layout version ", ver, ", expected ", layout_version,
-                    " (another peerlink version?)"));
+    throw Error(common::format("rendezvous segment has layout version {}, expected {} (another peerlink version?)", ver,
+                               layout_version));
   if (static_cast<int64_t>(ws) != world_size)
-    throw InvalidArgument(cat("this rank was created with world_size ", world_size,
-                              " but the job's other ranks use world_size ", ws));
+    throw InvalidArgument(common::format(
+        "this rank was created with world_size {} but the job's other ranks use world_size {}", world_size, ws));
 }
 
 }  // namespace peerlink::bootstrap

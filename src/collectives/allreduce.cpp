@@ -3,11 +3,12 @@
 #include <algorithm>
 #include <chrono>
 
-#include "collectives/coll_state.h"
 #include "collectives/coll_launch.h"
+#include "collectives/coll_state.h"
 #include "collectives/device_launch.h"
 #include "collectives/graph_windows.h"
 #include "collectives/one_rank.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "gpu/owners.h"
 #include "peerlink/collectives.h"
@@ -16,8 +17,6 @@
 
 namespace peerlink {
 namespace {
-
-using common::cat;
 
 // Auto selection. GPU crossovers measured on 2x H200 (NVLink), bf16, CUDA graph, time per call
 // (scripts/gpu_collectives.sh, 2026-11-22):
@@ -93,9 +92,10 @@ bool zero_copy_windows(coll::CollState& st, AllreduceAlgo forced, const void* sr
   }
   const bool ok = *ws && *wr && (*ws)->zero_copy && (*wr)->zero_copy;
   if (!ok && forced == AllreduceAlgo::ZeroCopy)
-    throw InvalidArgument(cat("allreduce: zero_copy forced (Options) but ", *ws && (*ws)->zero_copy ? "recvbuf " : "sendbuf ",
-                              *ws && (*ws)->zero_copy ? dst : src, " (", bytes,
-                              " bytes) is not inside a window every rank registered and exported (peerlink::register_window)"));
+    throw InvalidArgument(
+        common::format("allreduce: zero_copy forced (Options) but {}{} ({} bytes) is not inside a window every rank "
+                       "registered and exported (peerlink::register_window)",
+                       *ws && (*ws)->zero_copy ? "recvbuf " : "sendbuf ", *ws && (*ws)->zero_copy ? dst : src, bytes));
   return ok;
 }
 
@@ -138,22 +138,23 @@ void check_device_error(coll::CollState& st) {
   int peer = static_cast<int>((code >> 8) & 0xff);
   if ((code & 0xff) == coll::kErrWindowMismatch) {
     st.set_broken(std::make_exception_ptr(InvalidArgument(
-        cat("zero-copy collective on device ", st.svc().device(), " (rank ", st.rank(), "): rank ", peer,
-            " passed a recvbuf at another offset of the window, another window or another shape (every rank must "
-            "pass the same window offset); that call's output is undefined and this communicator's collectives are "
-            "unusable"))));
+        common::format("zero-copy collective on device {} (rank {}): rank {} passed a recvbuf at another offset of the "
+                       "window, another window or another shape (every rank must pass the same window offset); that "
+                       "call's output is undefined and this communicator's collectives are unusable",
+                       st.svc().device(), st.rank(), peer))));
     st.rethrow_if_broken();
   }
   // The error word is the communicator's, shared by every collective, and read by the next call of
   // any of them: the message names no one operation (it said "allreduce" after a broadcast's wait).
-  std::string what = cat("collective on device ", st.svc().device(), " (rank ", st.rank(), "): a kernel waited longer than ",
-                         st.svc().options().timeout.count(), " ms for rank ", peer,
-                         "; this communicator's collectives are unusable");
+  std::string what = common::format(
+      "collective on device {} (rank {}): a kernel waited longer than {} ms for rank {}; this communicator's "
+      "collectives are unusable",
+      st.svc().device(), st.rank(), st.svc().options().timeout.count(), peer);
   try {
     if (peer >= 0 && peer < st.world() && peer != st.rank()) st.svc().check_peer_alive(peer);
     st.set_broken(std::make_exception_ptr(TimeoutError(what)));
   } catch (const PeerLostError& e) {
-    st.set_broken(std::make_exception_ptr(PeerLostError(cat(what, " (", e.what(), ")"))));
+    st.set_broken(std::make_exception_ptr(PeerLostError(common::format("{} ({})", what, e.what()))));
   }
   st.rethrow_if_broken();
 }
@@ -248,17 +249,18 @@ void allreduce(Communicator& comm, const void* sendbuf, void* recvbuf, size_t co
                ReduceOp op, void* stream) {
   const size_t elem = dtype_size(dtype);  // validates dtype
   if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::Avg))
-    throw InvalidArgument(cat("allreduce: unknown ReduceOp ", static_cast<int>(op)));
-  if (count > (SIZE_MAX / elem)) throw InvalidArgument(cat("allreduce: count ", count, " overflows"));
+    throw InvalidArgument(common::format("allreduce: unknown ReduceOp {}", static_cast<int>(op)));
+  if (count > (SIZE_MAX / elem)) throw InvalidArgument(common::format("allreduce: count {} overflows", count));
   if (count > 0 && (!sendbuf || !recvbuf))
-    throw InvalidArgument(cat("allreduce: null buffer (sendbuf ", sendbuf, ", recvbuf ", recvbuf, ") for ", count,
-                              " elements"));
+    throw InvalidArgument(
+        common::format("allreduce: null buffer (sendbuf {}, recvbuf {}) for {} elements", sendbuf, recvbuf, count));
   const char* s = static_cast<const char*>(sendbuf);
   const char* d = static_cast<const char*>(recvbuf);
   size_t bytes = count * elem;
   if (s != d && s < d + bytes && d < s + bytes)
-    throw InvalidArgument(cat("allreduce: sendbuf ", sendbuf, " and recvbuf ", recvbuf, " overlap partially (",
-                              bytes, " bytes); pass the same pointer for in place"));
+    throw InvalidArgument(common::format(
+        "allreduce: sendbuf {} and recvbuf {} overlap partially ({} bytes); pass the same pointer for in place",
+        sendbuf, recvbuf, bytes));
   // In flight from here to the return: close() on another thread wakes our waits (they throw
   // InvalidArgument "closed") and frees nothing before we left (the in-flight rule, comm_impl.h).
   auto call = detail::services(comm).begin("allreduce");

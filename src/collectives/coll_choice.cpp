@@ -5,13 +5,12 @@
 #include <algorithm>
 
 #include "collectives/coll_state.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 #include "transport/services.h"
 
 namespace peerlink::coll {
-
-using common::cat;
 
 // The algorithm Options force on this kind of collective (Auto unless set; an enum parsed once, when
 // the Options were read).
@@ -99,14 +98,16 @@ CollAlgo choose_algo(const coll::CollState& st, const CollCall& c, const coll::W
   const bool zc_ok = w && w->zero_copy && zc_kind(c.d.kind) && st.world() >= 2;
   if (forced == CollAlgo::ZeroCopy) {
     if (!zc_kind(c.d.kind))
-      throw InvalidArgument(cat(c.name, ": zero_copy forced (Options) but all_to_all_v has no zero-copy path"));
+      throw InvalidArgument(
+          common::format("{}: zero_copy forced (Options) but all_to_all_v has no zero-copy path", c.name));
     if (st.world() < 2) return CollAlgo::Push;
     if (!zc_ok) {
       size_t bytes = 0;
       const void* b = zc_buffer(c.d, c.src, c.dst, &bytes);
-      throw InvalidArgument(cat(c.name, ": zero_copy forced (Options) but ", coll::reducing(c.d.kind) ? "sendbuf " : "recvbuf ",
-                                b, " (", bytes, " bytes) is not inside a window every rank registered and exported "
-                                "(peerlink::register_window)"));
+      throw InvalidArgument(
+          common::format("{}: zero_copy forced (Options) but {}{} ({} bytes) is not inside a window every rank "
+                         "registered and exported (peerlink::register_window)",
+                         c.name, coll::reducing(c.d.kind) ? "sendbuf " : "recvbuf ", b, bytes));
     }
     return CollAlgo::ZeroCopy;
   }
@@ -114,18 +115,21 @@ CollAlgo choose_algo(const coll::CollState& st, const CollCall& c, const coll::W
   // An empty piece still sends a token line: LL needs an LL area (allreduce_ll_max > 0).
   if (forced == CollAlgo::LL) {
     if (piece_bytes > st.ll_max() || st.ll_max() == 0)
-      throw InvalidArgument(cat(c.name, ": LL forced (Options) but a piece of ", piece_bytes,
-                                " bytes exceeds the LL area's ", st.ll_max(), " bytes (allreduce_ll_max)"));
+      throw InvalidArgument(common::format(
+          "{}: LL forced (Options) but a piece of {} bytes exceeds the LL area's {} bytes (allreduce_ll_max)", c.name,
+          piece_bytes, st.ll_max()));
     return CollAlgo::LL;
   }
   if (c.d.kind == coll::kAllToAllV) return CollAlgo::Push;
   if (forced == CollAlgo::LL128) {
     if (st.ll128_max() == 0 || piece_bytes > st.ll128_max())
-      throw InvalidArgument(cat(c.name, ": LL128 forced (Options) but ",
-                                st.ll128_max() == 0 ? std::string("this communicator has no LL128 lines (HIP, allreduce_ll128_max "
-                                                                "0, or a pair that is neither NVLink nor one GPU)")
-                                                  : cat("a piece of ", piece_bytes, " bytes exceeds the LL128 area's ",
-                                                        st.ll128_max(), " bytes (allreduce_ll128_max)")));
+      throw InvalidArgument(common::format(
+          "{}: LL128 forced (Options) but {}", c.name,
+          st.ll128_max() == 0
+              ? std::string("this communicator has no LL128 lines (HIP, allreduce_ll128_max "
+                            "0, or a pair that is neither NVLink nor one GPU)")
+              : common::format("a piece of {} bytes exceeds the LL128 area's {} bytes (allreduce_ll128_max)",
+                               piece_bytes, st.ll128_max())));
     return CollAlgo::LL128;
   }
   if (forced == CollAlgo::CopyEngine) return st.host() || st.world() < 2 ? CollAlgo::Push : CollAlgo::CopyEngine;

@@ -11,19 +11,18 @@
 #include "collectives/coll_launch.h"
 #include "collectives/device_launch.h"
 #include "collectives/setup_record.h"
-#include "gpu/runtime.h"
-#include "gpu/vmm.h"  // RelaxedCaptureMode
+#include "common/format.h"
 #include "common/log.h"
 #include "common/proc.h"
 #include "config/test_hooks.h"
+#include "gpu/runtime.h"
+#include "gpu/vmm.h"  // RelaxedCaptureMode
 #include "peerlink/communicator.h"
 #include "peerlink/errors.h"
 #include "transport/services.h"
 
 namespace peerlink::coll {
 namespace {
-
-using common::cat;
 
 static_assert(sizeof(SetupRecord) <= Communicator::kMaxAllgatherBytes, "allgather slot");
 static_assert(kMaxBlocks == kMaxAllreduceBlocks, "Options::allreduce_blocks bound = flag area blocks");
@@ -54,8 +53,9 @@ char* open_peer_checked(detail::CommServices& svc, int p, const gpu::MemHandle& 
     gpu::DeviceGuard on_holder(holder >= 0 ? holder : -1);
     gpu::AddressRange r = gpu::address_range(base);
     if (r.base != base || r.size < h.alloc_bytes)
-      throw InvalidArgument(cat(what, ": rank ", p, "'s allocation maps ", r.size, " bytes at ", r.base,
-                                ", its handle claims ", h.alloc_bytes, " bytes at ", static_cast<void*>(base)));
+      throw InvalidArgument(
+          common::format("{}: rank {}'s allocation maps {} bytes at {}, its handle claims {} bytes at {}", what, p,
+                         r.size, r.base, h.alloc_bytes, static_cast<void*>(base)));
   }
   return base;
 }
@@ -113,12 +113,13 @@ void CollState::set_broken_by_current_exception(const char* what) {
   try {
     throw;
   } catch (const TimeoutError& e) {
-    broken_ = std::make_exception_ptr(TimeoutError(cat(e.what(), kUnusable)));
+    broken_ = std::make_exception_ptr(TimeoutError(common::format("{}{}", e.what(), kUnusable)));
   } catch (const PeerLostError& e) {
-    broken_ = std::make_exception_ptr(PeerLostError(cat(e.what(), kUnusable)));
+    broken_ = std::make_exception_ptr(PeerLostError(common::format("{}{}", e.what(), kUnusable)));
   } catch (...) {  // e.g. Options::interrupt_check abandoned a wait: the ranks are out of step
-    broken_ = std::make_exception_ptr(Error(cat(what, " (rank ", rank_, "): an earlier call on this communicator "
-                                                "was abandoned mid-protocol; its collectives are unusable")));
+    broken_ = std::make_exception_ptr(Error(common::format(
+        "{} (rank {}): an earlier call on this communicator was abandoned mid-protocol; its collectives are unusable",
+        what, rank_)));
   }
 }
 
@@ -138,8 +139,8 @@ CollState& coll_state(Communicator& comm) {
 
 std::shared_ptr<CollState> CollState::create(detail::CommServices& svc) {
   if (svc.world_size() > kMaxRanks)
-    throw UnsupportedError(cat("allreduce supports at most ", kMaxRanks, " ranks (one node); this communicator has ",
-                               svc.world_size()));
+    throw UnsupportedError(common::format("allreduce supports at most {} ranks (one node); this communicator has {}",
+                                          kMaxRanks, svc.world_size()));
   const Options& opts = svc.options();  // validated when the communicator was created
   std::shared_ptr<CollState> st(new CollState(svc));
   st->configure(opts);
@@ -273,12 +274,15 @@ void CollState::agree(const SetupRecord* all, const Options& opts) {
   if (host_ || layout_.ll128_cap == 0 || opts.log_level < LogLevel::Info) return;
   std::string why;
   for (int p = 0; p < world_; ++p)
-    if (all[p].ll128_links != 1) why = cat(why, why.empty() ? "" : ", ", "rank ", p);
-  common::log_line(LogLevel::Info, opts.log_level,
-                   ll128 ? cat("allreduce (rank ", rank_, "): LL128 lines on, for one-shot messages and "
-                               "collective pieces up to ", ll128_max_, " bytes")
-                         : cat("allreduce (rank ", rank_, "): no LL128 lines (", why,
-                               " has a pair that is neither NVLink nor one GPU, or a runtime other than CUDA)"));
+    if (all[p].ll128_links != 1) why = common::format("{}{}rank {}", why, why.empty() ? "" : ", ", p);
+  common::log_line(
+      LogLevel::Info, opts.log_level,
+      ll128 ? common::format(
+                  "allreduce (rank {}): LL128 lines on, for one-shot messages and collective pieces up to {} bytes",
+                  rank_, ll128_max_)
+            : common::format("allreduce (rank {}): no LL128 lines ({} has a pair that is neither NVLink nor one GPU, "
+                             "or a runtime other than CUDA)",
+                             rank_, why));
 }
 
 // Maps every peer's areas; our own handles are kept as exported.

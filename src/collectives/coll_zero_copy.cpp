@@ -29,6 +29,7 @@
 #include "collectives/reduce_ops.h"
 #include "collectives/zc_relay.h"
 #include "collectives/zc_steps.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "gpu/runtime.h"
 #include "peerlink/errors.h"
@@ -36,8 +37,6 @@
 
 namespace peerlink::coll {
 namespace {
-
-using common::cat;
 
 enum ZcEvent { kZcFork = 0, kZcOwnDone = 1, kZcLaneJoin = 4 };  // join: 4 + l - 1 (CollState::ce_events)
 
@@ -81,8 +80,9 @@ std::string plan(const CollDesc& d, const Window& w, const char* src, char* dst,
     const size_t lo = dst_off + rp.dst_off * e, bytes = sp.count * e;
     const std::string why = w.outside(p, lo, bytes, "write");
     if (!why.empty())
-      return cat("zero-copy collective (rank ", d.rank, "): ", why, " (recvbuf at offset ", dst_off, " of window ", w.id,
-                 " here); nothing was written");
+      return common::format(
+          "zero-copy collective (rank {}): {} (recvbuf at offset {} of window {} here); nothing was written", d.rank,
+          why, dst_off, w.id);
     out[p] = Push{w.peer_base[p] + lo, src + sp.src_off * e, bytes};
   }
   return {};
@@ -128,8 +128,9 @@ std::string plan_pull(const CollDesc& d, const Window& w, const char* src, char*
     }
     const std::string why = w.outside(r, lo, bytes, "read");
     if (!why.empty())
-      return cat("zero-copy collective (rank ", d.rank, "): ", why, " (sendbuf at offset ", src_off, " of window ", w.id,
-                 " here); nothing was written");
+      return common::format(
+          "zero-copy collective (rank {}): {} (sendbuf at offset {} of window {} here); nothing was written", d.rank,
+          why, src_off, w.id);
     pl->ins[r] = w.peer_base[r] + lo;
   }
   pl->out = dst + rp.dst_off * e;
@@ -149,7 +150,7 @@ void host_reduce(int dtype, int op, const Pull& pl, int n) {
     known_op = with_op(op, [&](auto o) { reduce_elems<T, decltype(o)::value>(in, n, &out, 1, pl.count); });
   });
   if (!known || !known_op)
-    throw InvalidArgument(cat("zero-copy collective: unknown dtype code ", dtype, " or op code ", op));
+    throw InvalidArgument(common::format("zero-copy collective: unknown dtype code {} or op code {}", dtype, op));
 }
 
 void host_run(CollState& st, uint64_t tag, const Push* push, const Push& own, const Pull& pull, int dtype, int op,
@@ -311,7 +312,7 @@ void zc_collective(CollState& st, const CollDesc& d, int dtype, int op, const Wi
   if (d.kind == kAllToAllV)
     throw InvalidArgument("zero-copy collective: all_to_all_v has none (its pieces differ per rank)");
   if (!w.zero_copy)
-    throw InvalidArgument(cat("zero-copy collective: window ", w.id, " is not mapped on every rank"));
+    throw InvalidArgument(common::format("zero-copy collective: window {} is not mapped on every rank", w.id));
   Push push[kMaxRanks];
   Push own;
   Pull pull;

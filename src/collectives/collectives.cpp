@@ -2,6 +2,8 @@
 // before they pass), dispatch to the one-rank copy, the host plan or the device kernels along the
 // path coll_choice.cpp chooses. The data flow is in coll_plan.h; the registered scratch, flags and
 // counters are allreduce's (coll_state.h).
+#include "peerlink/collectives.h"
+
 #include <algorithm>
 #include <chrono>
 
@@ -9,19 +11,18 @@
 #include "collectives/coll_launch.h"
 #include "collectives/coll_state.h"
 #include "collectives/one_rank.h"
+#include "common/format.h"
 #include "common/log.h"
-#include "peerlink/collectives.h"
 #include "peerlink/errors.h"
 #include "transport/services.h"
 
 namespace peerlink {
 namespace {
 
-using common::cat;
 using Call = coll::CollCall;
 
 size_t mul_checked(const char* name, size_t a, size_t b, const char* what) {
-  if (b != 0 && a > SIZE_MAX / b) throw InvalidArgument(cat(name, ": ", what, " ", a, " x ", b, " overflows"));
+  if (b != 0 && a > SIZE_MAX / b) throw InvalidArgument(common::format("{}: {} {} x {} overflows", name, what, a, b));
   return a * b;
 }
 
@@ -35,23 +36,25 @@ bool overlap(const void* a, size_t an, const void* b, size_t bn) {
 void check_overlap(const char* name, const void* s, size_t sb, const void* d, size_t db, const void* in_place_at) {
   if (!overlap(s, sb, d, db)) return;
   if (in_place_at && s == in_place_at) return;
-  throw InvalidArgument(cat(name, ": sendbuf ", s, " (", sb, " bytes) and recvbuf ", d, " (", db,
-                            " bytes) overlap", in_place_at ? cat("; in place means sendbuf == ", in_place_at) : std::string(" (not allowed)")));
+  throw InvalidArgument(common::format(
+      "{}: sendbuf {} ({} bytes) and recvbuf {} ({} bytes) overlap{}", name, s, sb, d, db,
+      in_place_at ? common::format("; in place means sendbuf == {}", in_place_at) : std::string(" (not allowed)")));
 }
 
 void check_null(const char* name, const void* p, size_t bytes, const char* which) {
-  if (bytes && !p) throw InvalidArgument(cat(name, ": ", which, " is null for ", bytes, " bytes"));
+  if (bytes && !p) throw InvalidArgument(common::format("{}: {} is null for {} bytes", name, which, bytes));
 }
 
 void check_op(const char* name, ReduceOp op) {
   if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::Avg))
-    throw InvalidArgument(cat(name, ": unknown ReduceOp ", static_cast<int>(op)));
+    throw InvalidArgument(common::format("{}: unknown ReduceOp {}", name, static_cast<int>(op)));
 }
 
 int world_of(Communicator& comm) { return comm.world_size(); }
 
 void check_root(const char* name, int root, int world) {
-  if (root < 0 || root >= world) throw InvalidArgument(cat(name, ": root ", root, " is not a rank of 0..", world - 1));
+  if (root < 0 || root >= world)
+    throw InvalidArgument(common::format("{}: root {} is not a rank of 0..{}", name, root, world - 1));
 }
 
 int clamp_int(size_t want, int lo, int hi) { return static_cast<int>(std::max<size_t>(lo, std::min<size_t>(want, hi))); }
@@ -229,18 +232,21 @@ void all_to_all_v(Communicator& comm, const void* sendbuf, const size_t* send_co
   Call c = make("all_to_all_v", coll::kAllToAllV, dtype, 0);
   const int n = world_of(comm), me = comm.rank();
   if (!send_counts || !send_displs || !recv_counts || !recv_displs)
-    throw InvalidArgument(cat(c.name, ": null count/displacement array (send_counts ", send_counts, ", send_displs ",
-                              send_displs, ", recv_counts ", recv_counts, ", recv_displs ", recv_displs, ")"));
+    throw InvalidArgument(common::format(
+        "{}: null count/displacement array (send_counts {}, send_displs {}, recv_counts {}, recv_displs {})", c.name,
+        static_cast<const void*>(send_counts), static_cast<const void*>(send_displs),
+        static_cast<const void*>(recv_counts), static_cast<const void*>(recv_displs)));
   if (n > coll::kMaxRanks)
-    throw UnsupportedError(cat(c.name, ": at most ", coll::kMaxRanks, " ranks (one node); this communicator has ", n));
+    throw UnsupportedError(
+        common::format("{}: at most {} ranks (one node); this communicator has {}", c.name, coll::kMaxRanks, n));
   const size_t e = c.d.elem;
   size_t s_end = 0, r_end = 0, s_lo = SIZE_MAX, r_lo = SIZE_MAX;  // element extents actually touched
   for (int q = 0; q < n; ++q) {
     for (int k = 0; k < 2; ++k) {
       size_t cnt = k ? recv_counts[q] : send_counts[q], dsp = k ? recv_displs[q] : send_displs[q];
       if (dsp > SIZE_MAX / e - cnt)
-        throw InvalidArgument(cat(c.name, ": ", k ? "recv" : "send", " displacement ", dsp, " + count ", cnt,
-                                  " for rank ", q, " overflows"));
+        throw InvalidArgument(common::format("{}: {} displacement {} + count {} for rank {} overflows", c.name,
+                                             k ? "recv" : "send", dsp, cnt, q));
       if (!cnt) continue;
       (k ? r_end : s_end) = std::max(k ? r_end : s_end, dsp + cnt);
       (k ? r_lo : s_lo) = std::min(k ? r_lo : s_lo, dsp);
@@ -251,8 +257,8 @@ void all_to_all_v(Communicator& comm, const void* sendbuf, const size_t* send_co
     c.d.recv_displs[q] = recv_displs[q];
   }
   if (send_counts[me] != recv_counts[me])
-    throw InvalidArgument(cat(c.name, ": rank ", me, " sends itself ", send_counts[me], " elements but receives ",
-                              recv_counts[me]));
+    throw InvalidArgument(common::format("{}: rank {} sends itself {} elements but receives {}", c.name, me,
+                                         send_counts[me], recv_counts[me]));
   if (s_end) check_null(c.name, sendbuf, s_end * e, "sendbuf");
   if (r_end) check_null(c.name, recvbuf, r_end * e, "recvbuf");
   if (s_end && r_end)

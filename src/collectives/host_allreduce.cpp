@@ -4,11 +4,10 @@
 #include <algorithm>
 
 #include "collectives/host_sync.h"
+#include "common/format.h"
 
 namespace peerlink::coll {
 namespace {
-
-using common::cat;
 
 void signal(CollState& st, int phase, uint64_t seq) { host_signal(st, phase, seq); }
 void wait_all(CollState& st, int phase, uint64_t seq) { host_wait_all(st, phase, seq, "allreduce"); }
@@ -85,14 +84,14 @@ void run_op(CollState& st, const void* src, void* dst, size_t count, int op, boo
     case kOpProd: return run<T, kOpProd>(st, s, d, count, one_shot);
     case kOpAvg: return run<T, kOpAvg>(st, s, d, count, one_shot);
   }
-  throw InvalidArgument(cat("allreduce: unknown reduce op code ", op));
+  throw InvalidArgument(common::format("allreduce: unknown reduce op code {}", op));
 }
 
 }  // namespace
 
 void host_allreduce(CollState& st, const void* src, void* dst, size_t count, int dtype, int op, bool one_shot) {
   bool known = with_type(dtype, [&](auto t) { run_op<decltype(t)>(st, src, dst, count, op, one_shot); });
-  if (!known) throw InvalidArgument(cat("allreduce: unknown dtype code ", dtype));
+  if (!known) throw InvalidArgument(common::format("allreduce: unknown dtype code {}", dtype));
 }
 
 }  // namespace peerlink::coll

@@ -7,11 +7,10 @@
 
 #include "collectives/coll_launch.h"
 #include "collectives/host_sync.h"
+#include "common/format.h"
 
 namespace peerlink::coll {
 namespace {
-
-using common::cat;
 
 // The device split emulated on the host: the grid push_grid() would give a GPU with 4 SMs and
 // 32-thread blocks, so pieces from 2 KB up use several "blocks" in CI.
@@ -173,8 +172,9 @@ inline bool get_line(const char* line, uint32_t flag, uint64_t* v) {
 
 uint64_t wait_line(CollState& st, int from, const char* line, uint32_t flag, size_t w, const char* what) {
   uint64_t v = 0;
-  host_wait(st, from, what, [&] { return get_line(line, flag, &v); },
-            [&] { return cat("LL line ", w, ", flag ", flag); });
+  host_wait(
+      st, from, what, [&] { return get_line(line, flag, &v); },
+      [&] { return common::format("LL line {}, flag {}", w, flag); });
   return v;
 }
 
@@ -258,8 +258,9 @@ void put_line128(char* line, const char* data, size_t bytes, uint64_t flag) {
 void take_line128(CollState& st, int from, const char* line, size_t l, uint64_t flag, char* out, size_t bytes,
                   const char* what) {
   auto h = reinterpret_cast<const uint64_t*>(line);
-  host_wait(st, from, what, [&] { return __atomic_load_n(&h[kLineWords], __ATOMIC_ACQUIRE) == flag; },
-            [&] { return cat("LL128 line ", l, ", flag ", flag); });
+  host_wait(
+      st, from, what, [&] { return __atomic_load_n(&h[kLineWords], __ATOMIC_ACQUIRE) == flag; },
+      [&] { return common::format("LL128 line {}, flag {}", l, flag); });
   uint64_t w[kLineWords];
   for (size_t k = 0; k < kLineWords; ++k) w[k] = __atomic_load_n(&h[k], __ATOMIC_RELAXED);
   if (bytes) std::memcpy(out, w, std::min(bytes, kLl128Data));
@@ -318,14 +319,14 @@ void run_typed(CollState& st, const CollDesc& d, int op, const void* src, void* 
     case kOpProd: return go(std::integral_constant<int, kOpProd>{});
     case kOpAvg: return go(std::integral_constant<int, kOpAvg>{});
   }
-  throw InvalidArgument(cat(kind_name(d.kind), ": unknown reduce op code ", op));
+  throw InvalidArgument(common::format("{}: unknown reduce op code {}", kind_name(d.kind), op));
 }
 
 }  // namespace
 
 void host_collective(CollState& st, const CollDesc& d, int dtype, int op, const void* src, void* dst, CollAlgo algo) {
   bool known = with_type(dtype, [&](auto t) { run_typed<decltype(t)>(st, d, op, src, dst, algo); });
-  if (!known) throw InvalidArgument(cat(kind_name(d.kind), ": unknown dtype code ", dtype));
+  if (!known) throw InvalidArgument(common::format("{}: unknown dtype code {}", kind_name(d.kind), dtype));
 }
 
 }  // namespace peerlink::coll

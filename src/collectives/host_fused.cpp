@@ -12,11 +12,10 @@
 #include "collectives/fused_math.h"
 #include "collectives/fused_plan.h"
 #include "collectives/host_sync.h"
+#include "common/format.h"
 
 namespace peerlink::coll {
 namespace {
-
-using common::cat;
 
 template <typename T>
 class HostRows {
@@ -130,7 +129,7 @@ void with_type_of(const FusedCall& c, F&& f) {
     case kF16: return f(f16_t{});
     case kBF16: return f(bf16_t{});
   }
-  throw InvalidArgument(cat(c.name, ": unknown dtype code ", c.dtype));
+  throw InvalidArgument(common::format("{}: unknown dtype code {}", c.name, c.dtype));
 }
 
 }  // namespace

@@ -23,14 +23,13 @@
 #include "collectives/host_sync.h"
 #include "collectives/reduce_ops.h"
 #include "collectives/zc_steps.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "gpu/runtime.h"
 #include "peerlink/errors.h"
 
 namespace peerlink::coll {
 namespace {
-
-using common::cat;
 
 struct Shard {
   const char* ins[kMaxRanks] = {};  // shard p of every rank's sendbuf (own: local)
@@ -75,9 +74,10 @@ std::string plan(const CollState& st, const Window& ws, const Window& wr, const 
     std::string why = ws.outside(r, src_off, bytes, "read");
     if (why.empty()) why = wr.outside(r, dst_off, bytes, "write");
     if (!why.empty())
-      return cat("zero-copy allreduce (rank ", st.rank(), "): ", why, " (sendbuf at offset ", size_t(src - ws.base),
-                 " of window ", ws.id, ", recvbuf at offset ", size_t(dst - wr.base), " of window ", wr.id,
-                 " here); nothing was written");
+      return common::format(
+          "zero-copy allreduce (rank {}): {} (sendbuf at offset {} of window {}, recvbuf at offset {} of window {} "
+          "here); nothing was written",
+          st.rank(), why, size_t(src - ws.base), ws.id, size_t(dst - wr.base), wr.id);
     sh->ins[r] = ws.peer_base[r] + src_off;
     sh->outs[sh->nout++] = wr.peer_base[r] + dst_off;
   }
@@ -96,7 +96,8 @@ void host_run(CollState& st, uint64_t tag, const Shard& sh, int dtype, int op, c
       for (int o = 0; o < sh.nout; ++o) out[o] = reinterpret_cast<T*>(sh.outs[o]);
       known_op = with_op(op, [&](auto o) { reduce_elems<T, decltype(o)::value>(in, st.world(), out, sh.nout, sh.count); });
     });
-    if (!known || !known_op) throw InvalidArgument(cat("zero-copy allreduce: unknown dtype code ", dtype, " or op code ", op));
+    if (!known || !known_op)
+      throw InvalidArgument(common::format("zero-copy allreduce: unknown dtype code {} or op code {}", dtype, op));
   }
   zc_host_step(st);  // our stores landed, our reads of the peers' sendbufs are done
 }
@@ -134,7 +135,8 @@ void device_run(CollState& st, uint64_t tag, const Shard& sh, size_t elem, int d
 void zc_allreduce(CollState& st, const Window& ws, const Window& wr, const void* src, void* dst, size_t count,
                   size_t elem, int dtype, int op, void* stream) {
   if (!ws.zero_copy || !wr.zero_copy)
-    throw InvalidArgument(cat("zero-copy allreduce: window ", ws.zero_copy ? wr.id : ws.id, " is not mapped on every rank"));
+    throw InvalidArgument(
+        common::format("zero-copy allreduce: window {} is not mapped on every rank", ws.zero_copy ? wr.id : ws.id));
   const char* s = static_cast<const char*>(src);
   char* d = static_cast<char*>(dst);
   Shard sh;

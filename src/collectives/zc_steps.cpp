@@ -2,13 +2,12 @@
 
 #include "collectives/coll_state.h"
 #include "collectives/host_sync.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "gpu/runtime.h"
 #include "peerlink/errors.h"
 
 namespace peerlink::coll {
-
-using common::cat;
 
 uint64_t zc_mix(uint64_t h, uint64_t v) {
   h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
@@ -27,8 +26,10 @@ void zc_host_enter(CollState& st, uint64_t tag, const std::string& bad) {
   for (int p = 0; p < st.world(); ++p) {
     if (p == st.rank()) continue;
     if (__atomic_load_n(&st.flags(st.rank())->zc_tag[p], __ATOMIC_RELAXED) != t)
-      throw InvalidArgument(cat(what, " (rank ", st.rank(), "): rank ", p, " passed a buffer at another offset of the "
-                                "window, another window or another shape (every rank must pass the same window offset)"));
+      throw InvalidArgument(
+          common::format("{} (rank {}): rank {} passed a buffer at another offset of the window, another window or "
+                         "another shape (every rank must pass the same window offset)",
+                         what, st.rank(), p));
   }
 }
 
@@ -49,7 +50,8 @@ void zc_refuse(CollState& st, uint64_t tag, const std::string& bad, void* stream
   gpu::DeviceGuard dg(st.device());
   const LaunchArgs a = zc_step_args(st);
   launch_zc_step(a, ~tag, stream);
-  st.set_broken(std::make_exception_ptr(InvalidArgument(cat(bad, "; this communicator's collectives are unusable"))));
+  st.set_broken(std::make_exception_ptr(
+      InvalidArgument(common::format("{}; this communicator's collectives are unusable", bad))));
   throw InvalidArgument(bad);
 }
 

@@ -1,16 +1,18 @@
 #include "common/fd_pass.h"
 
-#include <cerrno>
-#include <cstring>
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 
@@ -26,14 +28,14 @@ struct Reply {
 
 [[noreturn]] void sys_fail(const std::string& what, const char* call) {
   int e = errno;
-  throw SysError(cat(what, ": ", call, " failed: ", std::strerror(e)), e, call);
+  throw SysError(common::format("{}: {} failed: {}", what, call, std::strerror(e)), e, call);
 }
 
 sockaddr_un abstract_addr(const std::string& name, socklen_t* len) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   if (name.size() + 1 > sizeof a.sun_path)
-    throw InvalidArgument(cat("fd socket name '", name, "' is longer than ", sizeof a.sun_path - 2, " bytes"));
+    throw InvalidArgument(common::format("fd socket name '{}' is longer than {} bytes", name, sizeof a.sun_path - 2));
   a.sun_path[0] = '\0';  // abstract namespace: no file, gone when the last socket closes
   std::memcpy(a.sun_path + 1, name.data(), name.size());
   *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
@@ -71,31 +73,31 @@ const char* fd_passing_name(FdPassing m) {
 
 FileId file_id(int fd) {
   struct stat st{};
-  if (fstat(fd, &st) != 0) sys_fail(cat("descriptor ", fd), "fstat");
+  if (fstat(fd, &st) != 0) sys_fail(common::format("descriptor {}", fd), "fstat");
   return FileId{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
 }
 
 uint64_t file_size(int fd) {
   struct stat st{};
-  if (fstat(fd, &st) != 0) sys_fail(cat("descriptor ", fd), "fstat");
+  if (fstat(fd, &st) != 0) sys_fail(common::format("descriptor {}", fd), "fstat");
   return static_cast<uint64_t>(st.st_size);
 }
 
 UniqueFd pidfd_open_process(int32_t pid) {
-  if (pid <= 0) throw InvalidArgument(cat("pidfd_open: bad pid ", pid));
+  if (pid <= 0) throw InvalidArgument(common::format("pidfd_open: bad pid {}", pid));
   long r = syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0);
-  if (r < 0) sys_fail(cat("opening process ", pid), "pidfd_open");
+  if (r < 0) sys_fail(common::format("opening process {}", pid), "pidfd_open");
   return UniqueFd(static_cast<int>(r));
 }
 
 UniqueFd pidfd_dup(int pidfd, int remote_fd) {
   long r = syscall(SYS_pidfd_getfd, pidfd, remote_fd, 0);  // the new descriptor is close-on-exec
-  if (r < 0) sys_fail(cat("duplicating descriptor ", remote_fd, " of another process"), "pidfd_getfd");
+  if (r < 0) sys_fail(common::format("duplicating descriptor {} of another process", remote_fd), "pidfd_getfd");
   return UniqueFd(static_cast<int>(r));
 }
 
 std::string fd_socket_name(const std::string& job_prefix, int32_t pid) {
-  return cat("peerlink", job_prefix, "fd", pid);
+  return common::format("peerlink{}fd{}", job_prefix, pid);
 }
 
 FdServer::FdServer(const std::string& name, Lookup lookup, Allowed allowed)
@@ -104,7 +106,8 @@ FdServer::FdServer(const std::string& name, Lookup lookup, Allowed allowed)
   if (!listen_) sys_fail("fd server", "socket");
   socklen_t len = 0;
   sockaddr_un a = abstract_addr(name, &len);
-  if (bind(listen_.get(), reinterpret_cast<sockaddr*>(&a), len) != 0) sys_fail(cat("fd server '", name, "'"), "bind");
+  if (bind(listen_.get(), reinterpret_cast<sockaddr*>(&a), len) != 0)
+    sys_fail(common::format("fd server '{}'", name), "bind");
   if (::listen(listen_.get(), 64) != 0) sys_fail("fd server", "listen");
   stop_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!stop_) sys_fail("fd server", "eventfd");
@@ -186,13 +189,14 @@ std::vector<UniqueFd> request_fds(const std::string& name, int32_t expect_pid, u
   socklen_t len = 0;
   sockaddr_un a = abstract_addr(name, &len);
   if (connect(s.get(), reinterpret_cast<sockaddr*>(&a), len) != 0)
-    sys_fail(cat("connecting to the descriptor socket of process ", expect_pid, " ('@", name, "')"), "connect");
+    sys_fail(common::format("connecting to the descriptor socket of process {} ('@{}')", expect_pid, name), "connect");
   ucred c = peer_cred(s.get());
   if (c.uid != getuid() || c.pid != expect_pid)
-    throw Error(cat("descriptor socket '@", name, "' belongs to pid ", c.pid, " uid ", c.uid, ", expected pid ",
-                    expect_pid, " uid ", getuid(), ": refusing its descriptors"));
+    throw Error(common::format(
+        "descriptor socket '@{}' belongs to pid {} uid {}, expected pid {} uid {}: refusing its descriptors", name,
+        c.pid, c.uid, expect_pid, getuid()));
   if (send(s.get(), &key, sizeof key, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof key))
-    sys_fail(cat("asking process ", expect_pid, " for export ", key), "send");
+    sys_fail(common::format("asking process {} for export {}", expect_pid, key), "send");
   Reply r{};
   iovec io{&r, sizeof r};
   alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * kMaxFdsPerRequest)];
@@ -202,7 +206,7 @@ std::vector<UniqueFd> request_fds(const std::string& name, int32_t expect_pid, u
   m.msg_control = ctl;
   m.msg_controllen = sizeof ctl;
   ssize_t got = recvmsg(s.get(), &m, MSG_WAITALL | MSG_CMSG_CLOEXEC);
-  if (got < 0) sys_fail(cat("receiving export ", key, " from process ", expect_pid), "recvmsg");
+  if (got < 0) sys_fail(common::format("receiving export {} from process {}", key, expect_pid), "recvmsg");
   // Take ownership of whatever arrived before judging the reply: nothing leaks on a bad one.
   std::vector<UniqueFd> fds;
   for (cmsghdr* h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h)) {
@@ -216,11 +220,12 @@ std::vector<UniqueFd> request_fds(const std::string& name, int32_t expect_pid, u
   }
   if (got != static_cast<ssize_t>(sizeof r) || r.magic != kReplyMagic || (m.msg_flags & MSG_CTRUNC) ||
       r.count != fds.size())
-    throw Error(cat("malformed descriptor reply from process ", expect_pid, " for export ", key, " (", got,
-                    " bytes, ", fds.size(), " descriptors)"));
+    throw Error(common::format("malformed descriptor reply from process {} for export {} ({} bytes, {} descriptors)",
+                               expect_pid, key, got, fds.size()));
   if (fds.empty())
-    throw Error(cat("process ", expect_pid, " refused export ", key,
-                    " (not exported any more, or this process is not a member of its job)"));
+    throw Error(common::format(
+        "process {} refused export {} (not exported any more, or this process is not a member of its job)", expect_pid,
+        key));
   return fds;
 }
 

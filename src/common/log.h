@@ -1,10 +1,10 @@
 // Minimal leveled logging to stderr. The level lives in each communicator's Options; this helper
 // only formats, so nothing here is a process-wide static configuration.
 #pragma once
-#include <cstdio>
-#include <sstream>
-#include <string>
 #include <unistd.h>
+
+#include <cstdio>
+#include <string>
 
 #include "peerlink/log_level.h"
 
@@ -14,14 +14,6 @@ inline void log_line(LogLevel at, LogLevel enabled, const std::string& msg) {
   if (at == LogLevel::None || static_cast<int>(at) > static_cast<int>(enabled)) return;
   const char* tag = at == LogLevel::Warn ? "WARN" : at == LogLevel::Info ? "INFO" : "TRACE";
   std::fprintf(stderr, "peerlink[%d] %s %s\n", static_cast<int>(getpid()), tag, msg.c_str());
-}
-
-// Builds a string from stream-able parts: cat("rank ", r, " of ", n).
-template <typename... Ts>
-std::string cat(const Ts&... parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  return os.str();
 }
 
 }  // namespace peerlink::common

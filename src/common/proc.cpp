@@ -10,9 +10,8 @@
 namespace peerlink::common {
 
 uint64_t process_start_time(pid_t pid) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  const std::string path = common::format("/proc/{}/stat", static_cast<int>(pid));
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   char buf[1024];
   ssize_t n = ::read(fd, buf, sizeof buf - 1);

@@ -1,9 +1,5 @@
 #include "common/shm_segment.h"
 
-#include <cerrno>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -11,6 +7,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 
@@ -34,24 +36,24 @@ uint64_t inode_of_name(const std::string& name) {
 // file is mapped (nothing untrusted is read through a mapping that might already be gone).
 void* map_validated(int fd, const std::string& name, size_t* bytes) {
   struct stat st;
-  if (fstat(fd, &st) != 0) throw SysError(cat("fstat(", name, "): ", errno_text(errno)), errno, "fstat");
+  if (fstat(fd, &st) != 0) throw SysError(common::format("fstat({}): {}", name, errno_text(errno)), errno, "fstat");
   unsigned char hdr[sizeof(SegmentHeader)] = {};
   ssize_t got = pread(fd, hdr, sizeof hdr, 0);
-  if (got < 0) throw SysError(cat("pread(", name, "): ", errno_text(errno)), errno, "pread");
+  if (got < 0) throw SysError(common::format("pread({}): {}", name, errno_text(errno)), errno, "pread");
   parse_segment_header(hdr, static_cast<size_t>(got), static_cast<uint64_t>(st.st_size), name);
   size_t size = static_cast<size_t>(st.st_size);
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED)
-    throw SysError(cat("mmap(", name, ", ", size, " bytes): ", errno_text(errno)), errno, "mmap");
+    throw SysError(common::format("mmap({}, {} bytes): {}", name, size, errno_text(errno)), errno, "mmap");
   *bytes = size;
   return p;
 }
 
 // Throws SysError for a failed reservation of `bytes` for `name`, pointing at the usual cause.
 [[noreturn]] void throw_no_space(int e, const char* call, const std::string& name, size_t bytes) {
-  throw SysError(cat("cannot reserve ", bytes, " bytes for SHM segment ", name, " (", call, ": ", errno_text(e),
-                     "); /dev/shm is a RAM-backed tmpfs: check its free space with `df /dev/shm`, remove "
-                     "leftover segments, or allocate less"),
+  throw SysError(common::format("cannot reserve {} bytes for SHM segment {} ({}: {}); /dev/shm is a RAM-backed tmpfs: "
+                                "check its free space with `df /dev/shm`, remove leftover segments, or allocate less",
+                                bytes, name, call, errno_text(e)),
                  e, call);
 }
 
@@ -59,17 +61,17 @@ void* map_validated(int fd, const std::string& name, size_t* bytes) {
 // its pages reserved, so that no later access can SIGBUS on a full /dev/shm. Returns the mapping.
 void* build_tmp(const std::string& name, const std::string& tmp, size_t payload_bytes, uint64_t tag,
                 const std::function<void(void*)>& init, int* fd_out, uint64_t* ino) {
-  if (!valid_segment_name(name)) throw InvalidArgument(cat("invalid SHM segment name '", name, "'"));
+  if (!valid_segment_name(name)) throw InvalidArgument(common::format("invalid SHM segment name '{}'", name));
   if (payload_bytes > kMaxSegmentPayload)
-    throw InvalidArgument(cat("SHM segment ", name, ": payload of ", payload_bytes, " bytes exceeds the limit of ",
-                              kMaxSegmentPayload, " bytes"));
+    throw InvalidArgument(common::format("SHM segment {}: payload of {} bytes exceeds the limit of {} bytes", name,
+                                         payload_bytes, kMaxSegmentPayload));
   ProcId me = self_proc_id();
   int fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0 && errno == EEXIST) {  // left by a dead process whose pid we now have
     ::unlink(tmp.c_str());
     fd = ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   }
-  if (fd < 0) throw SysError(cat("cannot create SHM segment ", tmp, ": ", errno_text(errno)), errno, "open");
+  if (fd < 0) throw SysError(common::format("cannot create SHM segment {}: {}", tmp, errno_text(errno)), errno, "open");
   size_t bytes = kSegmentHeaderBytes + payload_bytes;
   auto fail = [&](auto&& thrower) {
     ::close(fd);
@@ -85,7 +87,10 @@ void* build_tmp(const std::string& name, const std::string& tmp, size_t payload_
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     int err = errno;
-    fail([&] { throw SysError(cat("mmap of new SHM segment ", name, " (", bytes, " bytes): ", errno_text(err)), err, "mmap"); });
+    fail([&] {
+      throw SysError(common::format("mmap of new SHM segment {} ({} bytes): {}", name, bytes, errno_text(err)), err,
+                     "mmap");
+    });
   }
   struct stat st;
   fstat(fd, &st);
@@ -109,22 +114,22 @@ void* build_tmp(const std::string& name, const std::string& tmp, size_t payload_
 
 std::string tmp_name_for(const std::string& name) {
   static std::atomic<uint64_t> tmp_counter{0};  // two communicators of one process create at once
-  return cat(path_of(name), ".tmp.", getpid(), ".", tmp_counter.fetch_add(1));
+  return common::format("{}.tmp.{}.{}", path_of(name), getpid(), tmp_counter.fetch_add(1));
 }
 
 }  // namespace
 
 SegmentHeader parse_segment_header(const void* bytes, size_t n, uint64_t file_size, const std::string& name) {
   if (file_size < kSegmentHeaderBytes || n < sizeof(SegmentHeader))
-    throw Error(cat("SHM segment ", name, " is truncated: ", file_size, " bytes (a header needs ",
-                    kSegmentHeaderBytes, ")"));
+    throw Error(common::format("SHM segment {} is truncated: {} bytes (a header needs {})", name, file_size,
+                               kSegmentHeaderBytes));
   SegmentHeader h;
   std::memcpy(&h, bytes, sizeof h);  // a copy: the bytes may be shared and change under us
   // Untrusted: the header's payload size must match what the file really holds.
   if (h.magic != kSegmentMagic || h.payload_bytes != file_size - kSegmentHeaderBytes ||
       h.payload_bytes > kMaxSegmentPayload)
-    throw Error(cat("SHM segment ", name, " has an invalid header (magic ", std::hex, h.magic, std::dec,
-                    ", payload ", h.payload_bytes, ", file ", file_size, " bytes)"));
+    throw Error(common::format("SHM segment {} has an invalid header (magic {:x}, payload {}, file {} bytes)", name,
+                               h.magic, h.payload_bytes, file_size));
   return h;
 }
 
@@ -224,8 +229,8 @@ Segment Segment::create(const std::string& name, size_t payload_bytes, uint64_t 
     SegmentHeader h{};
     int fd = ::open(path_of(name).c_str(), O_RDONLY | O_CLOEXEC);
     if (fd >= 0) { (void)!pread(fd, &h, sizeof h, 0); ::close(fd); }
-    throw Error(cat("SHM segment ", name, " is in use by live pid ", h.owner_pid,
-                    " (the same unique id used by two jobs at once?)"));
+    throw Error(common::format("SHM segment {} is in use by live pid {} (the same unique id used by two jobs at once?)",
+                               name, h.owner_pid));
   }
   return s;
 }
@@ -246,7 +251,7 @@ Segment Segment::try_create(const std::string& name, size_t payload_bytes, uint6
         return s;
       }
       if (errno != EEXIST)
-        throw SysError(cat("cannot publish SHM segment ", name, ": ", errno_text(errno)), errno, "link");
+        throw SysError(common::format("cannot publish SHM segment {}: {}", name, errno_text(errno)), errno, "link");
       try {
         if (replace_stale(name, tmp)) return s;  // rename consumed tmp
       } catch (const LiveOwner&) {
@@ -254,7 +259,7 @@ Segment Segment::try_create(const std::string& name, size_t payload_bytes, uint6
         return Segment();
       }
     }
-    throw Error(cat("SHM segment ", name, " keeps reappearing; giving up"));
+    throw Error(common::format("SHM segment {} keeps reappearing; giving up", name));
   } catch (...) {
     ::unlink(tmp.c_str());
     throw;
@@ -278,7 +283,8 @@ Segment Segment::publish_locked(const std::string& name, size_t payload_bytes, u
   if (rc == 0) e = errno;
   ::unlink(tmp.c_str());
   if (e == EEXIST) return Segment();
-  throw SysError(cat("cannot publish SHM segment ", name, ": ", errno_text(e)), e, rc == 0 ? "link" : "flock");
+  throw SysError(common::format("cannot publish SHM segment {}: {}", name, errno_text(e)), e,
+                 rc == 0 ? "link" : "flock");
 }
 
 Segment Segment::adopt_fd(int fd, const std::string& name) {
@@ -293,11 +299,11 @@ Segment Segment::adopt_fd(int fd, const std::string& name) {
 }
 
 Segment Segment::open(const std::string& name) {
-  if (!valid_segment_name(name)) throw InvalidArgument(cat("invalid SHM segment name '", name, "'"));
+  if (!valid_segment_name(name)) throw InvalidArgument(common::format("invalid SHM segment name '{}'", name));
   int fd = ::open(path_of(name).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     if (errno == ENOENT) return Segment();
-    throw SysError(cat("cannot open SHM segment ", name, ": ", errno_text(errno)), errno, "open");
+    throw SysError(common::format("cannot open SHM segment {}: {}", name, errno_text(errno)), errno, "open");
   }
   Segment s;
   try {
@@ -357,9 +363,7 @@ std::string shm_prefix_for(const std::string& unique_id) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
     clean.push_back(ok ? c : '-');
   }
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%08llx", static_cast<unsigned long long>(hash & 0xffffffffULL));
-  return cat("pl_", clean, "_", hex, "_");
+  return common::format("pl_{}_{:08x}_", clean, static_cast<unsigned long long>(hash & 0xffffffffULL));
 }
 
 }  // namespace peerlink::common

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "gpu/armed_lane.h"
 #include "gpu/backend.h"
@@ -19,8 +20,6 @@
 
 namespace peerlink::gpu {
 namespace {
-
-using common::cat;
 
 // Every method takes a DeviceGuard: copies are issued from the transport's workers (bound to the
 // device once, so the guard finds it current and switches nothing) and from callers' threads
@@ -192,7 +191,7 @@ class DeviceBackend final : public Backend {
       : dev_(dev), arm_window_(std::max(0, o.arm_window_us)), vmm_(dev, o) {
     int n = device_count();
     if (dev < 0 || dev >= n)
-      throw InvalidArgument(cat("device ", dev, " does not exist (", runtime_name(), " sees ", n, " device(s))"));
+      throw InvalidArgument(common::format("device {} does not exist ({} sees {} device(s))", dev, runtime_name(), n));
     DeviceGuard g(dev_);  // initializes the device's context now, not on the first transfer
   }
   ~DeviceBackend() override {
@@ -213,8 +212,8 @@ class DeviceBackend final : public Backend {
     // wraps for sizes near SIZE_MAX. 2^62 bytes is far beyond any device.
     constexpr size_t kMaxAllocBytes = size_t(1) << 62;
     if (bytes > kMaxAllocBytes)
-      throw InvalidArgument(cat("alloc: ", bytes, " bytes exceeds the limit of ", kMaxAllocBytes,
-                                " bytes (device ", dev_, ")"));
+      throw InvalidArgument(
+          common::format("alloc: {} bytes exceeds the limit of {} bytes (device {})", bytes, kMaxAllocBytes, dev_));
     DeviceGuard dg(dev_);
     void* p = device_malloc(bytes);
     try {
@@ -232,7 +231,7 @@ class DeviceBackend final : public Backend {
       std::lock_guard<std::mutex> g(mu_);
       auto it = owned_.find(static_cast<char*>(p));
       if (it == owned_.end())
-        throw InvalidArgument(cat("free: pointer ", p, " was not returned by alloc on this communicator"));
+        throw InvalidArgument(common::format("free: pointer {} was not returned by alloc on this communicator", p));
       owned_.erase(it);
       ids_.erase(static_cast<char*>(p));
     }
@@ -246,15 +245,15 @@ class DeviceBackend final : public Backend {
     // made legal while the caller's stream is being captured (publish during capture).
     RelaxedCaptureMode relaxed;
     if (!is_device_pointer(p))
-      throw InvalidArgument(cat("pointer ", p, " is not device memory (device ", dev_, ")"));
+      throw InvalidArgument(common::format("pointer {} is not device memory (device {})", p, dev_));
     // VMM first: its address range is one chunk, and the range may span several (vmm_share.h).
     if (vmm_needs_fd_export(p)) return vmm_.find(p, len);
     AddressRange r = address_range(p);
     auto c = static_cast<const char*>(p);
     auto base = static_cast<char*>(r.base);
     if (len > static_cast<size_t>(base + r.size - c))
-      throw InvalidArgument(cat("range [", p, ", +", len, ") runs past the end of its allocation (", r.size,
-                                " bytes at ", r.base, ")"));
+      throw InvalidArgument(common::format("range [{}, +{}) runs past the end of its allocation ({} bytes at {})", p,
+                                           len, r.size, r.base));
     // The runtime's buffer id tells a re-allocation at the same address apart from the old one.
     uint64_t id = buffer_id(base);
     if (id != 0) return AllocRange{base, r.size, id};

@@ -2,15 +2,17 @@
 // or (BackendOptions::host_fd) memfd chunks mapped back to back, exported by descriptor like a
 // VMM allocation on a GPU. Copied with memcpy. It lets every transport path run across real
 // processes without a GPU.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cctype>
 #include <cerrno>
-#include <fcntl.h>
-#include <set>
-#include <unistd.h>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "common/shm_segment.h"
 #include "gpu/backend.h"
@@ -21,8 +23,6 @@
 
 namespace peerlink::gpu {
 namespace {
-
-using common::cat;
 
 class HostCopyQueue final : public CopyQueue {
  public:
@@ -54,8 +54,8 @@ class HostBackend final : public Backend {
     if (bytes == 0) throw InvalidArgument("alloc: bytes must be > 0");
     // Checked before any size arithmetic (header page, mapping length) can wrap.
     if (bytes > common::kMaxSegmentPayload)
-      throw InvalidArgument(cat("alloc: ", bytes, " bytes exceeds the host backend's limit of ",
-                                common::kMaxSegmentPayload, " bytes"));
+      throw InvalidArgument(common::format("alloc: {} bytes exceeds the host backend's limit of {} bytes", bytes,
+                                           common::kMaxSegmentPayload));
     if (opts_.host_fd) {
       FdRegion region = FdRegion::create(bytes, opts_.host_chunk_bytes);
       std::lock_guard<std::mutex> g(mu_);
@@ -66,7 +66,7 @@ class HostBackend final : public Backend {
     }
     std::lock_guard<std::mutex> g(mu_);
     uint64_t id = ++next_id_;
-    auto seg = common::Segment::create(cat(prefix_, "m", id), bytes, id);
+    auto seg = common::Segment::create(common::format("{}m{}", prefix_, id), bytes, id);
     seg.set_unlink_on_destroy(true);
     char* p = static_cast<char*>(seg.payload());
     owned_.emplace(p, Owned{std::move(seg), bytes, id});
@@ -83,7 +83,7 @@ class HostBackend final : public Backend {
     }
     auto it = owned_.find(static_cast<char*>(p));
     if (it == owned_.end())
-      throw InvalidArgument(cat("free: pointer ", p, " was not returned by alloc on this communicator"));
+      throw InvalidArgument(common::format("free: pointer {} was not returned by alloc on this communicator", p));
     owned_.erase(it);  // unmaps and unlinks
   }
 
@@ -97,20 +97,23 @@ class HostBackend final : public Backend {
       char* base = it->first;
       if (c >= base && c < base + it->second.bytes) {
         if (len > static_cast<size_t>(base + it->second.bytes - c))
-          throw InvalidArgument(cat("range [", p, ", +", len, ") runs past the end of its allocation (",
-                                    it->second.bytes, " bytes at ", static_cast<void*>(base), ")"));
+          throw InvalidArgument(common::format("range [{}, +{}) runs past the end of its allocation ({} bytes at {})",
+                                               p, len, it->second.bytes, static_cast<void*>(base)));
         return AllocRange{base, it->second.bytes, it->second.id};
       }
     }
-    throw InvalidArgument(cat("host memory ", p, " was not allocated with Communicator::alloc; the host "
-                              "backend can only share memory from alloc()"));
+    throw InvalidArgument(
+        common::format("host memory {} was not allocated with Communicator::alloc; the host backend can only share "
+                       "memory from alloc()",
+                       p));
   }
 
   MemHandle export_allocation(const AllocRange& r) override {
     std::lock_guard<std::mutex> g(mu_);
     if (auto f = fd_owned_.find(r.base); f != fd_owned_.end()) return export_fd_locked(f->second);
     auto it = owned_.find(r.base);
-    if (it == owned_.end()) throw InvalidArgument(cat("export: ", static_cast<void*>(r.base), " is not an allocation"));
+    if (it == owned_.end())
+      throw InvalidArgument(common::format("export: {} is not an allocation", static_cast<void*>(r.base)));
     MemHandle h;
     h.kind = HandleKind::HostShm;
     h.alloc_id = r.alloc_id;
@@ -131,14 +134,15 @@ class HostBackend final : public Backend {
     const std::string name = buf;
     check_peer_name(name, owner_rank);
     auto seg = common::Segment::open(name);
-    if (!seg.valid()) throw Error(cat("peer buffer segment ", name, " no longer exists (freed by its owner?)"));
+    if (!seg.valid())
+      throw Error(common::format("peer buffer segment {} no longer exists (freed by its owner?)", name));
     // The file must be the allocation the handle describes: that allocation id (alloc() tags each
     // segment with it) and exactly that size; anything else is a wrong or forged handle.
     const common::SegmentHeader& sh = seg.header();
     if (sh.tag != h.alloc_id || seg.payload_bytes() != h.alloc_bytes)
-      throw Error(cat("peer buffer segment ", name, " (allocation id ", sh.tag, ", ", seg.payload_bytes(),
-                      " bytes) does not match its handle (allocation id ", h.alloc_id, ", ", h.alloc_bytes,
-                      " bytes)"));
+      throw Error(common::format(
+          "peer buffer segment {} (allocation id {}, {} bytes) does not match its handle (allocation id {}, {} bytes)",
+          name, sh.tag, seg.payload_bytes(), h.alloc_id, h.alloc_bytes));
     std::lock_guard<std::mutex> g(mu_);
     char* p = static_cast<char*>(seg.payload());
     opened_.emplace(p, std::move(seg));
@@ -183,7 +187,8 @@ class HostBackend final : public Backend {
   // the handle came from, which must be the rank the name carries (no aiming at a third rank).
   void check_peer_name(const std::string& name, int owner_rank) const {
     auto bad = [&](const char* why) {
-      throw Error(cat("peer buffer name '", name, "' rejected: ", why, " (expected ", job_prefix_, "r<rank>_m<id>)"));
+      throw Error(
+          common::format("peer buffer name '{}' rejected: {} (expected {}r<rank>_m<id>)", name, why, job_prefix_));
     };
     if (!common::valid_segment_name(name)) bad("not a valid segment name");
     if (name.compare(0, job_prefix_.size(), job_prefix_) != 0) bad("not a segment of this job");
@@ -195,8 +200,8 @@ class HostBackend final : public Backend {
     std::string rank_part = name.substr(i, 1 + digits + 1);  // "r<k>_"
     if (name.compare(i + 1 + digits, 2, "_m") != 0) bad("not an allocation");
     if (job_prefix_ + rank_part == prefix_) bad("names one of this rank's own allocations");
-    if (owner_rank >= 0 && rank_part != cat("r", owner_rank, "_"))
-      bad(cat("names another rank's allocation than the sender's (rank ", owner_rank, ")").c_str());
+    if (owner_rank >= 0 && rank_part != common::format("r{}_", owner_rank))
+      bad(common::format("names another rank's allocation than the sender's (rank {})", owner_rank).c_str());
     size_t id_at = i + 1 + digits + 2;
     if (id_at >= name.size() || name.size() - id_at > 20) bad("bad allocation id");
     for (size_t k = id_at; k < name.size(); ++k)
@@ -215,8 +220,8 @@ class HostBackend final : public Backend {
     if (c >= reg.base() + it->second.bytes) return {};
     uint64_t id = it->second.id;
     if (len > static_cast<size_t>(reg.base() + it->second.bytes - c))
-      throw InvalidArgument(cat("range [", p, ", +", len, ") runs past the end of its allocation (", it->second.bytes,
-                                " bytes at ", static_cast<void*>(reg.base()), ")"));
+      throw InvalidArgument(common::format("range [{}, +{}) runs past the end of its allocation ({} bytes at {})", p,
+                                           len, it->second.bytes, static_cast<void*>(reg.base())));
     walk_chunks(reinterpret_cast<uint64_t>(p), len, [&](uint64_t a, Chunk* out) {
       uint64_t at = reinterpret_cast<uint64_t>(reg.base());
       uint64_t end = at + it->second.bytes;  // the caller's bytes, not the page-rounded tail
@@ -234,7 +239,9 @@ class HostBackend final : public Backend {
     std::vector<common::UniqueFd> dups;
     for (const auto& fd : o.region.fds()) {
       dups.emplace_back(fcntl(fd.get(), F_DUPFD_CLOEXEC, 0));
-      if (!dups.back()) throw SysError(cat("export: duplicating a descriptor failed: ", std::strerror(errno)), errno, "fcntl");
+      if (!dups.back())
+        throw SysError(common::format("export: duplicating a descriptor failed: {}", std::strerror(errno)), errno,
+                       "fcntl");
     }
     MemHandle h;
     h.kind = HandleKind::HostFd;
@@ -244,8 +251,8 @@ class HostBackend final : public Backend {
     h.owner_base = reinterpret_cast<uint64_t>(o.region.base());
     fd_exports_->add(o.id, std::move(dups), o.region.sizes(), &h);
     common::log_line(LogLevel::Info, opts_.log_level,
-                     cat("host allocation ", o.id, " (", o.bytes, " bytes, ", o.region.sizes().size(),
-                         " memfd chunk(s)) exported by descriptor (", common::fd_passing_name(opts_.fd_passing), ")"));
+                     common::format("host allocation {} ({} bytes, {} memfd chunk(s)) exported by descriptor ({})",
+                                    o.id, o.bytes, o.region.sizes().size(), common::fd_passing_name(opts_.fd_passing)));
     return h;
   }
 
@@ -255,19 +262,19 @@ class HostBackend final : public Backend {
     {
       std::lock_guard<std::mutex> g(mu_);
       if (!peers_.empty() && peers_.count(h.owner_pid) == 0)
-        throw Error(cat("descriptor handle names process ", h.owner_pid, ", which is not a rank of this job"));
+        throw Error(common::format("descriptor handle names process {}, which is not a rank of this job", h.owner_pid));
       if (owner_rank >= 0 && owner_rank < static_cast<int>(pid_of_rank_.size()) &&
           pid_of_rank_[owner_rank] != h.owner_pid)
-        throw Error(cat("descriptor handle sent by rank ", owner_rank, " names process ", h.owner_pid,
-                        ", not that rank's (pid ", pid_of_rank_[owner_rank], ")"));
+        throw Error(common::format("descriptor handle sent by rank {} names process {}, not that rank's (pid {})",
+                                   owner_rank, h.owner_pid, pid_of_rank_[owner_rank]));
     }
     ImportedFds in = import_fds(h, opts_.fd_passing, opts_.job_prefix, opts_.timeout_ms, true);
     std::vector<uint64_t> sizes;
     for (const auto& e : in.entries) sizes.push_back(e.size);
     FdRegion r = FdRegion::map(std::move(in.chunks), sizes);
     common::log_line(LogLevel::Info, opts_.log_level,
-                     cat("opened host allocation ", h.alloc_id, " of process ", h.owner_pid, " (", r.bytes(), " bytes, ",
-                         sizes.size(), " chunk(s)) via ", in.via));
+                     common::format("opened host allocation {} of process {} ({} bytes, {} chunk(s)) via {}",
+                                    h.alloc_id, h.owner_pid, r.bytes(), sizes.size(), in.via));
     std::lock_guard<std::mutex> g(mu_);
     char* p = r.base();
     fd_opened_.emplace(p, std::move(r));

@@ -1,18 +1,19 @@
 #include "gpu/fd_export.h"
 
-#include <atomic>
-#include <cerrno>
-#include <cstring>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 
 namespace peerlink::gpu {
 
-using common::cat;
 using common::UniqueFd;
 
 FdHandleData fd_handle_data(const MemHandle& h) {
@@ -22,7 +23,7 @@ FdHandleData fd_handle_data(const MemHandle& h) {
 }
 
 std::string fd_server_name(const std::string& job_prefix, int32_t pid, uint32_t server) {
-  return cat(common::fd_socket_name(job_prefix, pid), "s", server);
+  return common::format("{}s{}", common::fd_socket_name(job_prefix, pid), server);
 }
 
 namespace {
@@ -47,7 +48,8 @@ void FdExports::set_peer_pids(const std::vector<int32_t>& pids) {
 void FdExports::add(uint64_t export_id, std::vector<UniqueFd> chunks, const std::vector<uint64_t>& sizes,
                     MemHandle* h) {
   if (chunks.empty() || chunks.size() != sizes.size() || chunks.size() > kMaxManifestChunks)
-    throw InvalidArgument(cat("export ", export_id, ": ", chunks.size(), " chunks (at most ", kMaxManifestChunks, ")"));
+    throw InvalidArgument(
+        common::format("export {}: {} chunks (at most {})", export_id, chunks.size(), kMaxManifestChunks));
   std::vector<ManifestEntry> e(chunks.size());
   for (size_t i = 0; i < chunks.size(); ++i) {
     common::FileId id = common::file_id(chunks[i].get());
@@ -55,10 +57,13 @@ void FdExports::add(uint64_t export_id, std::vector<UniqueFd> chunks, const std:
   }
   std::vector<unsigned char> bytes = encode_manifest(export_id, e);
   UniqueFd m(memfd_create("peerlink-manifest", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!m) throw SysError(cat("export ", export_id, ": memfd_create failed: ", std::strerror(errno)), errno, "memfd_create");
+  if (!m)
+    throw SysError(common::format("export {}: memfd_create failed: {}", export_id, std::strerror(errno)), errno,
+                   "memfd_create");
   if (pwrite(m.get(), bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size()) ||
       fcntl(m.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
-    throw SysError(cat("export ", export_id, ": writing its manifest failed: ", std::strerror(errno)), errno, "pwrite");
+    throw SysError(common::format("export {}: writing its manifest failed: {}", export_id, std::strerror(errno)), errno,
+                   "pwrite");
   common::FileId mid = common::file_id(m.get());
   FdHandleData d{kFdHandleMagic, static_cast<uint32_t>(chunks.size()), m.get(), static_cast<uint32_t>(bytes.size()),
                  mid.dev, mid.ino, export_id, server_id_, 0};
@@ -124,9 +129,10 @@ std::vector<UniqueFd> fetch(const MemHandle& h, const FdHandleData& d,
     return fds;
   } catch (const SysError& e) {
     if (pidfd_why.empty()) throw;
-    throw SysError(cat("cannot get the descriptors of export ", d.export_id, " from process ", h.owner_pid,
-                       ": pidfd_getfd: ", pidfd_why, "; socket: ", e.what()),
-                   e.error_code(), e.call());
+    throw SysError(
+        common::format("cannot get the descriptors of export {} from process {}: pidfd_getfd: {}; socket: {}",
+                       d.export_id, h.owner_pid, pidfd_why, e.what()),
+        e.error_code(), e.call());
   }
 }
 
@@ -137,32 +143,34 @@ ImportedFds import_fds(const MemHandle& h, common::FdPassing mode, const std::st
   FdHandleData d = fd_handle_data(h);
   if (d.magic != kFdHandleMagic || d.nchunks == 0 || d.nchunks > kMaxManifestChunks || d.manifest_fd < 0 ||
       d.export_id != h.alloc_id || h.owner_pid <= 0 || d.server == 0)
-    throw Error(cat("malformed descriptor handle from process ", h.owner_pid, ": magic ", d.magic, ", ", d.nchunks,
-                    " chunks, manifest descriptor ", d.manifest_fd, ", export ", d.export_id, " (allocation ",
-                    h.alloc_id, "), server ", d.server));
+    throw Error(
+        common::format("malformed descriptor handle from process {}: magic {}, {} chunks, manifest descriptor {}, "
+                       "export {} (allocation {}), server {}",
+                       h.owner_pid, d.magic, d.nchunks, d.manifest_fd, d.export_id, h.alloc_id, d.server));
   ImportedFds out;
   std::vector<UniqueFd> fds = fetch(h, d, mode, job_prefix, timeout_ms, &out.via);
   if (!(common::file_id(fds[0].get()) == common::FileId{d.manifest_dev, d.manifest_ino}))
-    throw Error(cat("descriptor ", d.manifest_fd, " of process ", h.owner_pid, " is not the manifest of export ",
-                    d.export_id, " (closed and reused?)"));
+    throw Error(common::format("descriptor {} of process {} is not the manifest of export {} (closed and reused?)",
+                               d.manifest_fd, h.owner_pid, d.export_id));
   std::vector<unsigned char> bytes(d.manifest_bytes);
   if (d.manifest_bytes > sizeof(ManifestHeader) + kMaxManifestChunks * sizeof(ManifestEntry) ||
       pread(fds[0].get(), bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size()))
-    throw Error(cat("manifest of export ", d.export_id, " from process ", h.owner_pid, " is unreadable"));
+    throw Error(common::format("manifest of export {} from process {} is unreadable", d.export_id, h.owner_pid));
   out.entries = parse_manifest(bytes.data(), bytes.size(), d.export_id, d.nchunks, h.alloc_bytes);
   if (std::strcmp(out.via, "pidfd") == 0) {
     UniqueFd pfd = common::pidfd_open_process(h.owner_pid);
     for (const auto& e : out.entries) fds.push_back(common::pidfd_dup(pfd.get(), e.fd));
   }
   if (fds.size() != size_t(d.nchunks) + 1)
-    throw Error(cat("export ", d.export_id, " from process ", h.owner_pid, " came with ", fds.size() - 1,
-                    " chunk descriptors, expected ", d.nchunks));
+    throw Error(common::format("export {} from process {} came with {} chunk descriptors, expected {}", d.export_id,
+                               h.owner_pid, fds.size() - 1, d.nchunks));
   for (uint32_t i = 0; i < d.nchunks; ++i) {
     const ManifestEntry& e = out.entries[i];
     int fd = fds[i + 1].get();
     if (!(common::file_id(fd) == common::FileId{e.dev, e.ino}) || (check_sizes && common::file_size(fd) < e.size))
-      throw Error(cat("chunk ", i, " of export ", d.export_id, " from process ", h.owner_pid,
-                      " is not the file its manifest names (descriptor ", e.fd, " closed and reused?)"));
+      throw Error(common::format(
+          "chunk {} of export {} from process {} is not the file its manifest names (descriptor {} closed and reused?)",
+          i, d.export_id, h.owner_pid, e.fd));
     out.chunks.push_back(std::move(fds[i + 1]));
   }
   return out;

@@ -1,16 +1,17 @@
 #include "gpu/host_fd_memory.h"
 
-#include <cerrno>
-#include <cstring>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 
 namespace peerlink::gpu {
 
-using common::cat;
 using common::UniqueFd;
 
 namespace {
@@ -22,20 +23,20 @@ size_t page_round(size_t n) {
 
 [[noreturn]] void fail(const std::string& what, const char* call) {
   int e = errno;
-  throw SysError(cat(what, ": ", call, " failed: ", std::strerror(e)), e, call);
+  throw SysError(common::format("{}: {} failed: {}", what, call, std::strerror(e)), e, call);
 }
 
 // The reservation first (PROT_NONE, no memory), then each chunk MAP_FIXED over its part: the
 // chunks are contiguous by construction and nothing else can be mapped in between.
 char* reserve(size_t bytes) {
   void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) fail(cat("reserving ", bytes, " bytes of address space"), "mmap");
+  if (p == MAP_FAILED) fail(common::format("reserving {} bytes of address space", bytes), "mmap");
   return static_cast<char*>(p);
 }
 
 void map_chunk(char* at, size_t bytes, int fd) {
   void* p = mmap(at, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
-  if (p == MAP_FAILED) fail(cat("mapping a ", bytes, "-byte chunk"), "mmap");
+  if (p == MAP_FAILED) fail(common::format("mapping a {}-byte chunk", bytes), "mmap");
 }
 
 }  // namespace
@@ -74,7 +75,8 @@ FdRegion FdRegion::create(size_t bytes, size_t chunk_bytes) {
     size_t len = std::min(chunk, total - off);
     UniqueFd fd(memfd_create("peerlink-host", MFD_CLOEXEC));
     if (!fd) fail("alloc", "memfd_create");
-    if (ftruncate(fd.get(), static_cast<off_t>(len)) != 0) fail(cat("alloc: sizing a ", len, "-byte chunk"), "ftruncate");
+    if (ftruncate(fd.get(), static_cast<off_t>(len)) != 0)
+      fail(common::format("alloc: sizing a {}-byte chunk", len), "ftruncate");
     map_chunk(r.base_ + off, len, fd.get());
     r.fds_.push_back(std::move(fd));
     r.sizes_.push_back(len);
@@ -87,7 +89,8 @@ FdRegion FdRegion::map(std::vector<UniqueFd> fds, const std::vector<uint64_t>& s
   size_t total = 0;
   for (uint64_t s : sizes) {
     if (s == 0 || s % pg != 0 || s > (size_t(1) << 46) - total)
-      throw Error(cat("peer chunk of ", s, " bytes cannot be mapped (not a positive page multiple, or too large)"));
+      throw Error(
+          common::format("peer chunk of {} bytes cannot be mapped (not a positive page multiple, or too large)", s));
     total += s;
   }
   FdRegion r;

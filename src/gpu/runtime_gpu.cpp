@@ -3,11 +3,12 @@
 #include <cstring>
 #include <string>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "gpu/gpu_api.h"
 #include "gpu/gpu_error.h"
-#include "gpu/runtime_driver.h"
 #include "gpu/runtime.h"
+#include "gpu/runtime_driver.h"
 #include "peerlink/errors.h"
 
 static_assert(sizeof(peerlink::gpu::rt::IpcMemHandle) == peerlink::gpu::kIpcHandleBytes, "IPC handle size");
@@ -28,9 +29,7 @@ namespace peerlink::gpu {
   throw make_gpu_error(call, static_cast<int>(e), GetErrorName(e), GetErrorString(e), dev);
 }
 
-namespace {
-using common::cat;
-}  // namespace
+namespace {}  // namespace
 
 const char* runtime_name() { return rt::kRuntimeName; }
 bool compiled_with_gpu() { return true; }
@@ -165,7 +164,8 @@ AddressRange address_range(const void* p) {
   size_t size = 0;
   CUresult e = driver::api().get_range(&base, &size, reinterpret_cast<CUdeviceptr>(p));
   if (e != CUDA_SUCCESS)
-    throw InvalidArgument(cat("pointer ", p, " is not in a device allocation (cuMemGetAddressRange: ", static_cast<int>(e), ")"));
+    throw InvalidArgument(
+        common::format("pointer {} is not in a device allocation (cuMemGetAddressRange: {})", p, static_cast<int>(e)));
   r.base = reinterpret_cast<void*>(base);
   r.size = size;
 #endif

@@ -2,14 +2,13 @@
 
 #include <unistd.h>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "gpu/owners.h"
 #include "gpu/vmm.h"
 #include "peerlink/errors.h"
 
 namespace peerlink::gpu {
-
-using common::cat;
 
 VmmShare::VmmShare(int dev, const BackendOptions& o)
     : dev_(dev), opts_(o), fd_exports_(std::make_unique<FdExports>(o.job_prefix, o.fd_passing)) {}
@@ -74,9 +73,11 @@ void VmmShare::HeldHandles::reset() noexcept {
 AllocRange VmmShare::find(const void* p, size_t len) {
   uint64_t b0 = 0, s0 = 0, h0 = 0;
   if (!vmm_chunk_at(p, &b0, &s0, &h0))
-    throw UnsupportedError(cat("device memory [", p, ", +", len, ") cannot be exported: the legacy IPC API refuses "
-                               "it and it is not a VMM mapping either (stream-ordered pool or managed memory?). "
-                               "Publish memory from Communicator::alloc, cudaMalloc or a VMM allocation"));
+    throw UnsupportedError(
+        common::format("device memory [{}, +{}) cannot be exported: the legacy IPC API refuses it and it is not a VMM "
+                       "mapping either (stream-ordered pool or managed memory?). Publish memory from "
+                       "Communicator::alloc, cudaMalloc or a VMM allocation",
+                       p, len));
   vmm_release(h0);
   HeldHandles held;  // this call's references; a new export keeps them (HeldHandles)
   std::vector<Chunk> chunks = walk_chunks(
@@ -98,10 +99,11 @@ AllocRange VmmShare::find(const void* p, size_t len) {
     it = vmm_.find(base);  // still live but another chunk list (a longer or shorter range): replaced
     if (it != vmm_.end()) fd_exports_->remove(it->second.id);
     it = vmm_.insert_or_assign(base, VmmExport{chunks, ++next_id_ | (uint64_t(1) << 62), std::move(held)}).first;
-    common::log_line(LogLevel::Info, opts_.log_level,
-                     cat("device memory [", p, ", +", len, ") is VMM memory: ", chunks.size(), " chunk(s), ", bytes,
-                         " bytes at ", static_cast<void*>(base), "; exported by file descriptor (",
-                         common::fd_passing_name(opts_.fd_passing), ")"));
+    common::log_line(
+        LogLevel::Info, opts_.log_level,
+        common::format(
+            "device memory [{}, +{}) is VMM memory: {} chunk(s), {} bytes at {}; exported by file descriptor ({})", p,
+            len, chunks.size(), bytes, static_cast<void*>(base), common::fd_passing_name(opts_.fd_passing)));
   }
   return AllocRange{base, bytes, it->second.id};
 }
@@ -138,15 +140,16 @@ MemHandle VmmShare::export_chunks(const AllocRange& r, const std::vector<Chunk>&
     uint64_t b = 0, s = 0, h = 0;
     if (!vmm_chunk_at(reinterpret_cast<void*>(c.base), &b, &s, &h) || b != c.base || s != c.size || h != c.id) {
       if (h) vmm_release(h);
-      throw InvalidArgument(cat("VMM range at ", static_cast<void*>(r.base), ": the chunk at 0x", std::hex, c.base,
-                                " changed while it was being exported (freed or remapped)"));
+      throw InvalidArgument(
+          common::format("VMM range at {}: the chunk at 0x{:x} changed while it was being exported (freed or remapped)",
+                         static_cast<void*>(r.base), c.base));
     }
     try {
       fds.emplace_back(vmm_export_fd(h));
     } catch (const UnsupportedError& e) {
       vmm_release(h);
-      throw UnsupportedError(cat("device memory [", static_cast<void*>(r.base), ", +", r.bytes,
-                                 ") cannot be shared: ", e.what()));
+      throw UnsupportedError(common::format("device memory [{}, +{}) cannot be shared: {}", static_cast<void*>(r.base),
+                                            r.bytes, e.what()));
     } catch (...) {
       vmm_release(h);
       throw;
@@ -168,7 +171,7 @@ void* VmmShare::open(const MemHandle& h) {
   {
     std::lock_guard<std::mutex> g(mu_);
     if (!peers_.empty() && peers_.count(h.owner_pid) == 0)
-      throw Error(cat("VMM handle names process ", h.owner_pid, ", which is not a rank of this job"));
+      throw Error(common::format("VMM handle names process {}, which is not a rank of this job", h.owner_pid));
   }
   ImportedFds in = import_fds(h, opts_.fd_passing, opts_.job_prefix, opts_.timeout_ms, false);
   DeviceGuard dg(dev_);
@@ -187,8 +190,8 @@ void* VmmShare::open(const MemHandle& h) {
   }
   for (uint64_t x : handles) vmm_release(x);  // the mappings hold the memory; descriptors close with `in`
   common::log_line(LogLevel::Info, opts_.log_level,
-                   cat("opened VMM allocation ", h.alloc_id, " of process ", h.owner_pid, " (", h.alloc_bytes,
-                       " bytes, ", sizes.size(), " chunk(s)) via ", in.via, " at ", base));
+                   common::format("opened VMM allocation {} of process {} ({} bytes, {} chunk(s)) via {} at {}",
+                                  h.alloc_id, h.owner_pid, h.alloc_bytes, sizes.size(), in.via, base));
   std::lock_guard<std::mutex> g(mu_);
   vmm_opened_[base] = h.alloc_bytes;
   return base;

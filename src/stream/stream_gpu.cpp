@@ -6,6 +6,7 @@
 #include <chrono>
 #include <thread>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "gpu/runtime.h"
 #include "peerlink/errors.h"
@@ -19,7 +20,6 @@ namespace peerlink::detail {
 
 static_assert(int(StreamOpKind::LocalCopy) == stream::kChLocalCopy, "a LocalCopy op's channel kind is its op kind");
 
-using common::cat;
 using namespace peerlink::stream;
 
 // The error that error word `w` (non-zero, not a mismatch) names, as an exception. Reads only:
@@ -28,19 +28,26 @@ std::exception_ptr StreamEngine::device_error(uint32_t w) const {
   const uint32_t code = w & 0xff;
   const int peer = int((w >> 8) & 0xffff);
   try {
-    if (peer < 0 || peer >= world_ || peer == rank_) throw Error(cat("stream engine: corrupt error word ", w));
+    if (peer < 0 || peer >= world_ || peer == rank_)
+      throw Error(common::format("stream engine: corrupt error word {}", w));
     comm_.check_peer_alive(peer);  // PeerLostError when it died
     if (code == kErrRawLength)
-      throw InvalidArgument(cat("recv from rank ", peer, " (stream-ordered, NCCL form): the matching send had a "
-                                "different length; the pair is stopped (as with mismatched ncclSend/ncclRecv)"));
+      throw InvalidArgument(
+          common::format("recv from rank {} (stream-ordered, NCCL form): the matching send had a different length; the "
+                         "pair is stopped (as with mismatched ncclSend/ncclRecv)",
+                         peer));
     if (code == kErrAborted)
-      throw Error(cat("stream-ordered send/recv with rank ", peer, ": the pair was stopped after a failure (the peer's "
-                      "or an earlier one on this rank: a timeout, a length mismatch or a protocol violation)"));
+      throw Error(
+          common::format("stream-ordered send/recv with rank {}: the pair was stopped after a failure (the peer's or "
+                         "an earlier one on this rank: a timeout, a length mismatch or a protocol violation)",
+                         peer));
     if (code == kErrTimeout)
-      throw TimeoutError(cat("stream-ordered send/recv with rank ", peer, ": a device-side wait made no progress within ",
-                             comm_.options().timeout.count(), " ms (the peer stalled or never issued the matching call)"));
-    throw Error(cat("stream-ordered send/recv with rank ", peer, ": protocol violation seen on the device (code ",
-                    code, ")"));
+      throw TimeoutError(
+          common::format("stream-ordered send/recv with rank {}: a device-side wait made no progress within {} ms (the "
+                         "peer stalled or never issued the matching call)",
+                         peer, comm_.options().timeout.count()));
+    throw Error(common::format("stream-ordered send/recv with rank {}: protocol violation seen on the device (code {})",
+                               peer, code));
   } catch (...) {
     return std::current_exception();
   }
@@ -53,9 +60,11 @@ void StreamEngine::check_device_error() {
   if ((w & 0xff) == kErrMismatch && peer >= 0 && peer < world_ && peer != rank_) {
     // The channel stayed in step (the sender wrote nothing, the receiver drained): report, go on.
     __atomic_store_n(error_, 0u, __ATOMIC_RELEASE);
-    throw InvalidArgument(cat("recv from rank ", peer, " (stream-ordered): a message's (buffer, offset, len) or "
-                              "length differed from the matching send; nothing was written (except by a copy-engine send, "
-                              "Options::stream_ce_min, which writes the range it named)"));
+    throw InvalidArgument(
+        common::format("recv from rank {} (stream-ordered): a message's (buffer, offset, len) or length differed from "
+                       "the matching send; nothing was written (except by a copy-engine send, Options::stream_ce_min, "
+                       "which writes the range it named)",
+                       peer));
   }
   std::exception_ptr e = device_error(w);
   // The kernels of this pair stop at once from now on (its abort word is set): the pair is broken.
@@ -260,8 +269,9 @@ void StreamEngine::add_channels(StreamLaunch& L, const std::vector<const StreamO
     for (int c = 0; c < L.nch; ++c) seen |= L.ch[c].peer == head.peer && L.ch[c].kind == int(head.kind);
     if (seen) continue;
     if (L.nch == kMaxLaunchChannels)
-      throw UnsupportedError(cat("a group on one stream uses more than ", kMaxLaunchChannels,
-                                 " (peer, direction, form) channels; split it across streams"));
+      throw UnsupportedError(common::format(
+          "a group on one stream uses more than {} (peer, direction, form) channels; split it across streams",
+          kMaxLaunchChannels));
     DevChannel& ch = L.ch[L.nch++];
     ch.kind = int16_t(head.kind);
     ch.peer = int16_t(head.peer);
@@ -275,8 +285,9 @@ void StreamEngine::add_channels(StreamLaunch& L, const std::vector<const StreamO
       const StreamOp& op = *mine[j];
       if (op.peer != head.peer || op.kind != head.kind) continue;
       if (nops == kMaxLaunchOps)
-        throw UnsupportedError(cat("a group on one stream holds more than ", kMaxLaunchOps,
-                                   " operations on a GPU; split it into several groups"));
+        throw UnsupportedError(
+            common::format("a group on one stream holds more than {} operations on a GPU; split it into several groups",
+                           kMaxLaunchOps));
       DevOp& d = L.ops[nops++];
       d.src = op.src;
       d.dst = op.dst;

@@ -1,29 +1,29 @@
 // Stream engine: groups (ops queued until group_end, then run as one batch), the pairing of a
 // group's sends to and recvs from this rank itself, and the per-peer broken state an op that failed
 // leaves behind (stream_p2p.h).
-#include "stream/stream_p2p.h"
-
 #include <cstring>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
+#include "stream/stream_p2p.h"
 
 namespace peerlink::detail {
 
-using common::cat;
 using namespace peerlink::stream;
 
 void StreamEngine::group_start() {
   std::lock_guard<std::recursive_mutex> g(mu_);
   if (in_group_)
-    throw InvalidArgument(cat("group_start: a group is already open on this communicator (rank ", rank_, ", ",
-                              group_.size(), " operations queued); groups do not nest"));
+    throw InvalidArgument(common::format(
+        "group_start: a group is already open on this communicator (rank {}, {} operations queued); groups do not nest",
+        rank_, group_.size()));
   in_group_ = true;
 }
 
 void StreamEngine::group_end() {
   std::lock_guard<std::recursive_mutex> g(mu_);
-  if (!in_group_) throw InvalidArgument(cat("group_end without group_start (rank ", rank_, ")"));
+  if (!in_group_) throw InvalidArgument(common::format("group_end without group_start (rank {})", rank_));
   // The group ends here even when it reports an error (as ncclGroupEnd does): a caller that catches
   // the error can open the next group. Seen on 2x H200: a device error reported by group_end left the
   // group open and the next group_start failed.
@@ -38,9 +38,10 @@ void StreamEngine::group_end() {
 void StreamEngine::queue_self(StreamOp op) {
   const bool send = op.kind == StreamOpKind::SendRaw;
   if (!in_group_)
-    throw InvalidArgument(cat(send ? "send to" : "recv from", " rank ", rank_, " (this rank itself, ", op.len,
-                              " bytes) outside a group: it completes only together with its matching ",
-                              send ? "recv" : "send", " inside one group_start / group_end"));
+    throw InvalidArgument(
+        common::format("{} rank {} (this rank itself, {} bytes) outside a group: it completes only together with its "
+                       "matching {} inside one group_start / group_end",
+                       send ? "send to" : "recv from", rank_, op.len, send ? "recv" : "send"));
   (send ? self_sends_ : self_recvs_).push_back(std::move(op));
 }
 
@@ -51,15 +52,20 @@ void StreamEngine::match_self(std::vector<StreamOp>& ops) {
   sends.swap(self_sends_);
   recvs.swap(self_recvs_);
   if (sends.size() != recvs.size())
-    throw InvalidArgument(cat("group_end: ", sends.size(), " send(s) to this rank itself (rank ", rank_, ") but ",
-                              recvs.size(), " recv(s) from it; each needs its match in the same group"));
+    throw InvalidArgument(
+        common::format("group_end: {} send(s) to this rank itself (rank {}) but {} recv(s) from it; each needs its "
+                       "match in the same group",
+                       sends.size(), rank_, recvs.size()));
   for (size_t i = 0; i < sends.size(); ++i) {
     if (sends[i].len != recvs[i].len)
-      throw InvalidArgument(cat("group_end: send ", i, " to this rank itself (rank ", rank_, ") has ", sends[i].len,
-                                " bytes, its matching recv ", recvs[i].len));
+      throw InvalidArgument(
+          common::format("group_end: send {} to this rank itself (rank {}) has {} bytes, its matching recv {}", i,
+                         rank_, sends[i].len, recvs[i].len));
     if (sends[i].stream != recvs[i].stream)
-      throw UnsupportedError(cat("group_end: send ", i, " to this rank itself (rank ", rank_,
-                                 ") and its matching recv are on different streams; issue both on one stream"));
+      throw UnsupportedError(
+          common::format("group_end: send {} to this rank itself (rank {}) and its matching recv are on different "
+                         "streams; issue both on one stream",
+                         i, rank_));
   }
   for (size_t i = 0; i < sends.size(); ++i) {
     if (sends[i].len == 0 || sends[i].src == recvs[i].dst) continue;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 #include "stream/stream_p2p.h"
@@ -15,7 +16,6 @@
 
 namespace peerlink::detail {
 
-using common::cat;
 using namespace peerlink::stream;
 using Clock = std::chrono::steady_clock;
 
@@ -61,11 +61,11 @@ void wait_for_progress(CommServices& comm, const std::vector<StreamOp>& ops, Hos
   if (now > w.deadline) {
     for (const StreamOp& op : ops)
       if (!op.done)
-        throw TimeoutError(cat(kind_name(op.kind), (op.kind == StreamOpKind::SendPub || op.kind == StreamOpKind::SendRaw)
-                                                       ? " to rank " : " from rank ",
-                               op.peer, ": message ", op.seq, " (", op.len, " bytes) made no progress within ",
-                               comm.options().timeout.count(), " ms",
-                               op.kind == StreamOpKind::SendPub ? " (the matching recv was not posted)" : ""));
+        throw TimeoutError(common::format(
+            "{}{}{}: message {} ({} bytes) made no progress within {} ms{}", kind_name(op.kind),
+            (op.kind == StreamOpKind::SendPub || op.kind == StreamOpKind::SendRaw) ? " to rank " : " from rank ",
+            op.peer, op.seq, op.len, comm.options().timeout.count(),
+            op.kind == StreamOpKind::SendPub ? " (the matching recv was not posted)" : ""));
   }
   if (++w.idle < 200) return;
   if (w.idle < 2000) std::this_thread::yield();
@@ -149,13 +149,13 @@ bool StreamEngine::host_recv_pub(StreamOp& op, HostChannel& blk) {
   if (blk != HostChannel::Open || load_acquire(m->pub_ready) < op.seq) { blk = HostChannel::Posted; return moved; }
   ReadyDesc d = m->ready[op.seq % kDescRing];
   if (d.seq != op.seq)
-    throw Error(cat("recv from rank ", q, ": protocol violation: ready descriptor holds message ", d.seq,
-                    ", expected ", op.seq));
+    throw Error(common::format("recv from rank {}: protocol violation: ready descriptor holds message {}, expected {}",
+                               q, d.seq, op.seq));
   if (d.status != kStatusOk)
-    op.error = std::make_exception_ptr(InvalidArgument(
-        cat("recv from rank ", q, ": message ", op.seq, " expects buffer ", op.buf_id, " offset ", op.offset,
-            " len ", op.len, " but the matching send named buffer ", d.buf_id, " offset ", d.offset, " len ",
-            d.len, "; nothing was written")));
+    op.error = std::make_exception_ptr(
+        InvalidArgument(common::format("recv from rank {}: message {} expects buffer {} offset {} len {} but the "
+                                       "matching send named buffer {} offset {} len {}; nothing was written",
+                                       q, op.seq, op.buf_id, op.offset, op.len, d.buf_id, d.offset, d.len)));
   pub_completed_[q] = op.seq;
   op.done = true;
   return true;
@@ -168,15 +168,15 @@ bool StreamEngine::host_send_pub(StreamOp& op, HostChannel& blk) {
   if (blk != HostChannel::Open || load_acquire(m->pub_posted) < op.seq) { blk = HostChannel::Blocked; return false; }
   PostDesc p = m->post[op.seq % kDescRing];
   if (p.seq != op.seq)
-    throw Error(cat("send to rank ", q, ": protocol violation: posted descriptor holds message ", p.seq,
-                    ", expected ", op.seq));
+    throw Error(common::format("send to rank {}: protocol violation: posted descriptor holds message {}, expected {}",
+                               q, p.seq, op.seq));
   uint32_t status = kStatusOk;
   if (p.buf_id != op.buf_id || p.offset != op.offset || p.len != op.len) {
     status = kStatusMismatch;
-    op.error = std::make_exception_ptr(InvalidArgument(
-        cat("send to rank ", q, ": message ", op.seq, " names buffer ", op.buf_id, " offset ", op.offset,
-            " len ", op.len, " but the matching recv expects buffer ", p.buf_id, " offset ", p.offset, " len ",
-            p.len, "; nothing was written")));
+    op.error = std::make_exception_ptr(
+        InvalidArgument(common::format("send to rank {}: message {} names buffer {} offset {} len {} but the matching "
+                                       "recv expects buffer {} offset {} len {}; nothing was written",
+                                       q, op.seq, op.buf_id, op.offset, op.len, p.buf_id, p.offset, p.len)));
   } else if (op.len > 0) {
     std::memcpy(op.dst, op.src, op.len);
   }
@@ -229,9 +229,10 @@ bool StreamEngine::host_recv_raw(std::vector<StreamOp>& ops, StreamOp& op, HostC
     if (op.chunks_done == 0 && h.msg == op.seq && h.msg_len != op.len) drain_host_recv(ops, op, h.msg_len);
     uint64_t want = std::min<uint64_t>(chunk_, op.msg_len - std::min<uint64_t>(op.msg_len, off));
     if (h.msg != op.seq || h.msg_len != op.msg_len || h.chunk_off != off || h.chunk_len != want)
-      throw Error(cat("recv from rank ", q, ": protocol violation: chunk ", g, " header (message ", h.msg, ", ",
-                      h.msg_len, " bytes, offset ", h.chunk_off, ", ", h.chunk_len, " bytes) does not follow message ",
-                      op.seq, " of ", op.msg_len, " bytes at offset ", off));
+      throw Error(
+          common::format("recv from rank {}: protocol violation: chunk {} header (message {}, {} bytes, offset {}, {} "
+                         "bytes) does not follow message {} of {} bytes at offset {}",
+                         q, g, h.msg, h.msg_len, h.chunk_off, h.chunk_len, op.seq, op.msg_len, off));
     if (!op.drain && want) std::memcpy(op.dst + off, staging(m, slot, chunk_), want);
     store_release(r->raw_consumed, g + 1);
     ++op.chunks_done;
@@ -255,8 +256,8 @@ void StreamEngine::drain_host_recv(std::vector<StreamOp>& ops, StreamOp& op, uin
   op.msg_len = sender_len;
   op.drain = true;
   op.error = std::make_exception_ptr(InvalidArgument(
-      cat("recv from rank ", q, ": message ", op.seq, " has ", sender_len, " bytes but this recv expects ",
-          op.len, "; nothing was written")));
+      common::format("recv from rank {}: message {} has {} bytes but this recv expects {}; nothing was written", q,
+                     op.seq, sender_len, op.len)));
 }
 
 }  // namespace peerlink::detail

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "gpu/owners.h"
 #include "gpu/runtime.h"
@@ -17,7 +18,6 @@
 
 namespace peerlink::detail {
 
-using common::cat;
 using namespace peerlink::stream;
 
 namespace {
@@ -162,12 +162,13 @@ void StreamEngine::bind_peer(int peer) {
   if (h.magic != kAreaMagic || h.world != uint64_t(world_) || h.slots != slots_ || h.chunk != chunk_ ||
       h.section_bytes != sec_bytes_ || h.ll_max != ll_max_ || h.direct_min != direct_min_ ||
       h.direct_ipc_min != direct_ipc_min_)
-    throw Error(cat("stream setup with rank ", peer, ": its area has magic ", h.magic, ", ", h.world, " ranks, ", h.slots,
-                    " slots of ", h.chunk, " bytes, sections of ", h.section_bytes, ", LL up to ", h.ll_max,
-                    " bytes, zero-copy from ", h.direct_min, " / ", h.direct_ipc_min, " bytes; this rank expects ", world_,
-                    "/", slots_, "/", chunk_, "/", sec_bytes_, "/", ll_max_, "/", direct_min_, " / ", direct_ipc_min_,
-                    " (different library builds or backends, or PEERLINK_STREAM_LL_MAX / PEERLINK_STREAM_DIRECT_MIN / "
-                    "PEERLINK_STREAM_DIRECT_IPC_MIN differs between ranks?)"));
+    throw Error(
+        common::format("stream setup with rank {}: its area has magic {}, {} ranks, {} slots of {} bytes, sections of "
+                       "{}, LL up to {} bytes, zero-copy from {} / {} bytes; this rank expects {}/{}/{}/{}/{}/{} / {} "
+                       "(different library builds or backends, or PEERLINK_STREAM_LL_MAX / PEERLINK_STREAM_DIRECT_MIN "
+                       "/ PEERLINK_STREAM_DIRECT_IPC_MIN differs between ranks?)",
+                       peer, h.magic, h.world, h.slots, h.chunk, h.section_bytes, h.ll_max, h.direct_min,
+                       h.direct_ipc_min, world_, slots_, chunk_, sec_bytes_, ll_max_, direct_min_, direct_ipc_min_));
   bool in_process = false;
   base = comm_.map_published(peer, kAreaBufId, 1, 0, area_len_, "stream setup", &hold, &in_process);
   in_process_[peer] = in_process ? 1 : 0;

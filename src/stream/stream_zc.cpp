@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "gpu/runtime.h"
 #include "peerlink/errors.h"
@@ -11,7 +12,6 @@
 
 namespace peerlink::detail {
 
-using common::cat;
 using namespace peerlink::stream;
 
 StreamZeroCopy::StreamZeroCopy(CommServices& comm, int world)
@@ -51,15 +51,16 @@ int StreamZeroCopy::offer(int peer, const void* dst, size_t len, bool may_export
     // not tried again for this allocation.
     no.push_back(me);  // Info, not Warn: e.g. every VMM allocation without a shareable handle
     common::log_line(LogLevel::Info, comm_.options().log_level,
-                     cat("stream: rank ", comm_.rank(), " could not export a receive buffer (",
-                         static_cast<const void*>(r.base), ", ", r.bytes, " bytes) to rank ", peer, " for zero-copy (",
-                         e.what(), "); NCCL-form messages into it stay staged"));
+                     common::format("stream: rank {} could not export a receive buffer ({}, {} bytes) to rank {} for "
+                                    "zero-copy ({}); NCCL-form messages into it stay staged",
+                                    comm_.rank(), static_cast<const void*>(r.base), r.bytes, peer, e.what()));
     return -1;
   }
   ex.push_back(me);
-  common::log_line(LogLevel::Trace, comm_.options().log_level,
-                   cat("stream: rank ", comm_.rank(), " exported receive allocation ", static_cast<const void*>(r.base),
-                       " (", r.bytes, " bytes) to rank ", peer, " as zero-copy slot ", s));
+  common::log_line(
+      LogLevel::Trace, comm_.options().log_level,
+      common::format("stream: rank {} exported receive allocation {} ({} bytes) to rank {} as zero-copy slot {}",
+                     comm_.rank(), static_cast<const void*>(r.base), r.bytes, peer, s));
   return s;
 }
 
@@ -86,9 +87,9 @@ void StreamZeroCopy::poll(int peer) {
     } catch (const Error& e) {
       // Freed before we looked, or a handle this process cannot open (or a forged one): never
       // acknowledged, so the receiver keeps staging into that allocation.
-      common::log_line(LogLevel::Warn, comm_.options().log_level,
-                       cat("stream: rank ", comm_.rank(), " skips zero-copy slot ", b, " of rank ", peer, ": ",
-                           e.what()));
+      common::log_line(
+          LogLevel::Warn, comm_.options().log_level,
+          common::format("stream: rank {} skips zero-copy slot {} of rank {}: {}", comm_.rank(), b, peer, e.what()));
       ++b;
       continue;
     }

@@ -5,14 +5,13 @@
 #include <cstdio>
 #include <vector>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "gpu/owners.h"
 #include "gpu/runtime.h"
 #include "topology/policy.h"
 
 namespace peerlink::topology {
-
-using common::cat;
 
 namespace {
 
@@ -50,10 +49,8 @@ std::string one_way(int src_dev, void* src, int dst_dev, void* dst, uint32_t see
   }
   for (size_t i = 0; i < kCheckBytes; ++i) {
     if (got[i] != want[i]) {
-      char buf[160];
-      std::snprintf(buf, sizeof buf, "device %d -> device %d: byte %zu of %zu is 0x%02x, expected 0x%02x", src_dev,
-                    dst_dev, i, kCheckBytes, got[i], want[i]);
-      return buf;
+      return common::format("device {} -> device {}: byte {} of {} is 0x{:02x}, expected 0x{:02x}", src_dev, dst_dev, i,
+                            kCheckBytes, got[i], want[i]);
     }
   }
   return "";
@@ -70,7 +67,9 @@ std::string runtime_copy_check(int a, int b) {
     gpu::DeviceAlloc pb = gpu::DeviceAlloc::create(b, kCheckBytes);
     err = one_way(a, pa.get(), b, pb.get(), static_cast<uint32_t>(a * 131 + b));
     if (err.empty()) err = one_way(b, pb.get(), a, pa.get(), static_cast<uint32_t>(b * 131 + a + 7));
-  } catch (const std::exception& e) { err = cat("device ", a, " <-> device ", b, ": ", e.what()); }
+  } catch (const std::exception& e) {
+    err = common::format("device {} <-> device {}: {}", a, b, e.what());
+  }
   return err;
 }
 

@@ -4,14 +4,13 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "topology/cpu.h"
 #include "topology/probe.h"
 #include "topology/xml_reader.h"
 
 namespace peerlink::topology {
-
-using common::cat;
 
 namespace {
 
@@ -36,17 +35,18 @@ class Reader {
 
   void read_system(const XmlNode& root) {
     if (root.name != "system") {
-      warn(cat("document element is <", root.name, ">, not <system>; no GPUs read"));
+      warn(common::format("document element is <{}>, not <system>; no GPUs read", root.name));
       return;
     }
     const std::string* version = root.attr("version");
-    if (version && *version != "1") warn(cat("system version '", *version, "' (expected 1); reading it anyway"));
+    if (version && *version != "1")
+      warn(common::format("system version '{}' (expected 1); reading it anyway", *version));
     int ci = 0;
     for (const XmlNode& cpu : root.children) {
       if (cpu.name != "cpu") continue;
       int numa = ci;
       if (!to_int(cpu.attr("numaid"), 10, &numa) || numa < 0) {
-        warn(cat("line ", cpu.line, ": <cpu> without a valid numaid; using ", ci));
+        warn(common::format("line {}: <cpu> without a valid numaid; using {}", cpu.line, ci));
         numa = ci;
       }
       if (ci == 0) read_cpu(cpu);
@@ -65,7 +65,7 @@ class Reader {
     NvLinkTable table;
     for (size_t i = 0; i < gpus_.size(); ++i) {
       if (i > 0 && gpus_[i].dev >= 0 && gpus_[i].dev == gpus_[i - 1].dev)
-        warn(cat("two GPUs with dev=", gpus_[i].dev, "; ordered by bus id"));
+        warn(common::format("two GPUs with dev={}; ordered by bus id", gpus_[i].dev));
       gpus_[i].gpu.index = static_cast<int>(i);
       sys_->gpus.push_back(gpus_[i].gpu);
       table.push_back(gpus_[i].links);
@@ -79,7 +79,7 @@ class Reader {
   }
 
  private:
-  void warn(const std::string& msg) { sys_->warnings.push_back(cat(name_, ": ", msg)); }
+  void warn(const std::string& msg) { sys_->warnings.push_back(common::format("{}: {}", name_, msg)); }
 
   void read_cpu(const XmlNode& cpu) {
     CpuInfo& c = sys_->cpu;
@@ -89,11 +89,11 @@ class Reader {
     if (to_int(cpu.attr("familyid"), 10, &fam))
       c.family = family_from_nccl_familyid(fam);
     else if (cpu.attr("familyid"))
-      warn(cat("line ", cpu.line, ": familyid '", *cpu.attr("familyid"), "' is not a number"));
+      warn(common::format("line {}: familyid '{}' is not a number", cpu.line, *cpu.attr("familyid")));
     if (to_int(cpu.attr("modelid"), 10, &model))
       c.model = model;
     else if (cpu.attr("modelid"))
-      warn(cat("line ", cpu.line, ": modelid '", *cpu.attr("modelid"), "' is not a number"));
+      warn(common::format("line {}: modelid '{}' is not a number", cpu.line, *cpu.attr("modelid")));
     classify_generation(&c);
   }
 
@@ -110,7 +110,7 @@ class Reader {
         continue;
       }
       const std::string id = gpu_el_busid ? normalize_bus_id(*gpu_el_busid) : "";
-      chain->push_back(id.empty() ? cat("pci@line", child.line) : id);
+      chain->push_back(id.empty() ? common::format("pci@line{}", child.line) : id);
       walk(child, numa, chain);
       chain->pop_back();
     }
@@ -121,14 +121,14 @@ class Reader {
     const std::string* busid = pci.attr("busid");
     x.gpu.bus_id = busid ? normalize_bus_id(*busid) : "";
     if (x.gpu.bus_id.empty()) {
-      warn(cat("line ", pci.line, ": GPU without a valid busid ('", busid ? *busid : "", "'); ignored"));
+      warn(common::format("line {}: GPU without a valid busid ('{}'); ignored", pci.line, busid ? *busid : ""));
       return;
     }
     if (g.attr("dev") && !to_int(g.attr("dev"), 10, &x.dev))
-      warn(cat("line ", g.line, ": dev '", *g.attr("dev"), "' is not a number"));
+      warn(common::format("line {}: dev '{}' is not a number", g.line, *g.attr("dev")));
     x.gpu.numa = numa;
     x.gpu.socket = numa;  // NCCL's <cpu> is a NUMA node; the XML says nothing about sockets
-    x.gpu.host_bridge = cat("CPU ", numa);
+    x.gpu.host_bridge = common::format("CPU {}", numa);
     x.gpu.pci_nodes.assign(chain.rbegin(), chain.rend());
     x.gpu.path_known = true;
     for (const XmlNode& l : g.children) {
@@ -137,11 +137,11 @@ class Reader {
       const std::string* tclass = l.attr("tclass");
       int count = 1;
       if (l.attr("count") && !to_int(l.attr("count"), 10, &count)) {
-        warn(cat("line ", l.line, ": ", l.name, " count '", *l.attr("count"), "' is not a number; link ignored"));
+        warn(common::format("line {}: {} count '{}' is not a number; link ignored", l.line, l.name, *l.attr("count")));
         continue;
       }
       if (!target) {
-        warn(cat("line ", l.line, ": ", l.name, " without target; ignored"));
+        warn(common::format("line {}: {} without target; ignored", l.line, l.name));
         continue;
       }
       NvLinkPeer p;
@@ -171,11 +171,12 @@ class Reader {
 
 System system_from_nccl_xml_text(const std::string& text, const std::string& name) {
   System sys;
-  sys.source = cat("xml:", name);
+  sys.source = common::format("xml:{}", name);
   classify_generation(&sys.cpu);
   XmlParse parsed = parse_xml(text);
   if (!parsed.ok) {
-    sys.warnings.push_back(cat(name, ": malformed XML (", parsed.error, "); no GPUs read, every pair relays"));
+    sys.warnings.push_back(
+        common::format("{}: malformed XML ({}); no GPUs read, every pair relays", name, parsed.error));
     return sys;
   }
   Reader r(&sys, name);
@@ -188,10 +189,11 @@ System system_from_nccl_xml_file(const std::string& path) {
   std::string text;
   if (!read_small_file(path, &text, kXmlMaxBytes)) {
     System sys;
-    sys.source = common::cat("xml:", path);
+    sys.source = common::format("xml:{}", path);
     classify_generation(&sys.cpu);
-    sys.warnings.push_back(common::cat(path, ": cannot read the topology file (missing, unreadable or over ",
-                                       kXmlMaxBytes >> 20, " MiB); no GPUs read, every pair relays"));
+    sys.warnings.push_back(common::format(
+        "{}: cannot read the topology file (missing, unreadable or over {} MiB); no GPUs read, every pair relays", path,
+        kXmlMaxBytes >> 20));
     return sys;
   }
   return system_from_nccl_xml_text(text, path);

@@ -5,12 +5,11 @@
 #include <map>
 #include <set>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "topology/probe.h"
 
 namespace peerlink::topology {
-
-using common::cat;
 
 namespace {
 
@@ -75,7 +74,7 @@ bool nvml_nvlinks(const std::vector<std::string>& bus_ids, NvLinkTable* out, std
   for (size_t i = 0; i < bus_ids.size(); ++i) {
     nvmlDevice_t dev = nullptr;
     if (bus_ids[i].empty() || nv.by_bus_id(bus_ids[i].c_str(), &dev) != kNvmlSuccess) {
-      *why = cat("NVML does not know GPU ", bus_ids[i]);
+      *why = common::format("NVML does not know GPU {}", bus_ids[i]);
       return false;
     }
     std::map<std::pair<std::string, NvLinkPeer::Kind>, int> counts;
@@ -120,7 +119,7 @@ void apply_nvlinks(System* sys, const NvLinkTable& table, const std::string& sou
       } else if (p.kind == NvLinkPeer::Kind::Gpu) {
         auto it = index_of.find(p.remote);
         if (it == index_of.end() || it->second == static_cast<int>(i)) continue;  // a GPU we do not use
-        Link l{PathType::NVL, true, cat(source, ": ", p.count, " direct link", p.count == 1 ? "" : "s")};
+        Link l{PathType::NVL, true, common::format("{}: {} direct link{}", source, p.count, p.count == 1 ? "" : "s")};
         sys->links[i][it->second] = sys->links[it->second][i] = l;
       }
     }
@@ -132,7 +131,7 @@ void apply_nvlinks(System* sys, const NvLinkTable& table, const std::string& sou
       for (const auto& [sw, count] : switch_links[a])
         if (switch_links[b].count(sw)) links_a += count;
       if (links_a == 0) continue;
-      Link l{PathType::NVL, true, cat(source, ": through NVSwitch (", links_a, " links from GPU", a, ")")};
+      Link l{PathType::NVL, true, common::format("{}: through NVSwitch ({} links from GPU{})", source, links_a, a)};
       sys->links[a][b] = sys->links[b][a] = l;
     }
   }

@@ -5,12 +5,11 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "topology/system.h"
 
 namespace peerlink::topology {
-
-using common::cat;
 
 const char* path_name(PathType p) {
   switch (p) {
@@ -76,9 +75,7 @@ std::string normalize_bus_id(const std::string& text) {
   if (!hex_field(text, &i, 2, &dev) || i >= text.size() || text[i++] != '.') return "";
   if (!hex_field(text, &i, 1, &fn) || i != text.size()) return "";
   if (dom > 0xffff || dev > 0x1f || fn > 7) return "";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.%x", dom, bus, dev, fn);
-  return buf;
+  return common::format("{:04x}:{:02x}:{:02x}.{:x}", dom, bus, dev, fn);
 }
 
 Link pcie_link(const Gpu& a, const Gpu& b) {
@@ -87,7 +84,7 @@ Link pcie_link(const Gpu& a, const Gpu& b) {
     const Gpu& bad = !a.path_known || a.host_bridge.empty() ? a : b;
     l.path = PathType::SYS;
     l.known = false;
-    l.detail = cat("PCI location of GPU", bad.index, " (", bad.bus_id, ") unknown");
+    l.detail = common::format("PCI location of GPU{} ({}) unknown", bad.index, bad.bus_id);
     return l;
   }
   l.known = true;
@@ -97,33 +94,34 @@ Link pcie_link(const Gpu& a, const Gpu& b) {
       if (std::find(b.pci_nodes.begin(), b.pci_nodes.end(), n) == b.pci_nodes.end()) continue;
       if (n == a.pci_nodes.front() && n == b.pci_nodes.front()) {
         l.path = PathType::PIX;
-        l.detail = cat("both behind PCIe switch/bridge ", n);
+        l.detail = common::format("both behind PCIe switch/bridge {}", n);
       } else {
         l.path = PathType::PXB;
-        l.detail = cat("through several PCIe switches meeting at ", n, ", no host bridge");
+        l.detail = common::format("through several PCIe switches meeting at {}, no host bridge", n);
       }
       return l;
     }
     l.path = PathType::PHB;
     if (a.pci_nodes.empty() && b.pci_nodes.empty())
-      l.detail = cat("through host bridge ", a.host_bridge, ", no PCIe switch above either GPU");
+      l.detail = common::format("through host bridge {}, no PCIe switch above either GPU", a.host_bridge);
     else
-      l.detail = cat("through host bridge ", a.host_bridge);
+      l.detail = common::format("through host bridge {}", a.host_bridge);
     return l;
   }
   if (a.socket >= 0 && b.socket >= 0) {
     if (a.socket == b.socket) {
       l.path = PathType::PHB;
-      l.detail = cat("different root complexes ", a.host_bridge, " and ", b.host_bridge, " of CPU socket ", a.socket);
+      l.detail =
+          common::format("different root complexes {} and {} of CPU socket {}", a.host_bridge, b.host_bridge, a.socket);
     } else {
       l.path = PathType::SYS;
-      l.detail = cat("across CPU sockets ", a.socket, " and ", b.socket);
+      l.detail = common::format("across CPU sockets {} and {}", a.socket, b.socket);
     }
     return l;
   }
   l.path = PathType::SYS;
-  l.detail = cat("different root complexes ", a.host_bridge, " and ", b.host_bridge,
-                 ", socket unknown: assumed across sockets");
+  l.detail = common::format("different root complexes {} and {}, socket unknown: assumed across sockets", a.host_bridge,
+                            b.host_bridge);
   return l;
 }
 

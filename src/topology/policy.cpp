@@ -7,21 +7,21 @@
 //   6. live machine: runtime refuses peer access  -> relay; pattern copy comes back wrong -> relay
 #include "topology/policy.h"
 
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 
 namespace peerlink::topology {
 
-using common::cat;
-
 Level p2p_level(const Options& opts, const System& sys) {
   Level l;
   if (!opts.p2p_level.empty()) {
     if (!parse_level(opts.p2p_level, &l.level))
-      throw InvalidArgument(cat("PEERLINK_P2P_LEVEL='", opts.p2p_level,
-                                "' is not one of LOC, NVL, PIX, PXB, PHB, SYS or 0-4 (0=LOC 1=PIX 2=PXB 3=PHB 4=SYS)"));
+      throw InvalidArgument(common::format(
+          "PEERLINK_P2P_LEVEL='{}' is not one of LOC, NVL, PIX, PXB, PHB, SYS or 0-4 (0=LOC 1=PIX 2=PXB 3=PHB 4=SYS)",
+          opts.p2p_level));
     l.user_set = true;
-    l.why = cat("PEERLINK_P2P_LEVEL=", opts.p2p_level);
+    l.why = common::format("PEERLINK_P2P_LEVEL={}", opts.p2p_level);
     return l;
   }
   const size_t n = sys.gpus.size();
@@ -30,14 +30,15 @@ Level p2p_level(const Options& opts, const System& sys) {
     // across sockets; with more GPUs only within a socket (different root complexes are fine).
     if (n <= 2) {
       l.level = PathType::SYS;
-      l.why = cat("default on AMD x86 with ", n, " GPU", n == 1 ? "" : "s", " (<= 2): P2P across sockets too");
+      l.why = common::format("default on AMD x86 with {} GPU{} (<= 2): P2P across sockets too", n, n == 1 ? "" : "s");
     } else {
       l.level = PathType::PHB;
-      l.why = cat("default on AMD x86 with ", n, " GPUs (> 2): P2P within a socket only");
+      l.why = common::format("default on AMD x86 with {} GPUs (> 2): P2P within a socket only", n);
     }
   } else {
     l.level = PathType::PXB;
-    l.why = cat("default on ", sys.cpu.vendor.empty() ? "this" : sys.cpu.vendor, " CPUs: P2P below a PCIe switch only");
+    l.why = common::format("default on {} CPUs: P2P below a PCIe switch only",
+                           sys.cpu.vendor.empty() ? "this" : sys.cpu.vendor);
   }
   return l;
 }
@@ -56,8 +57,8 @@ Decision decide(const Options& opts, const System& sys, const Level& level, int 
   d.b = b;
   const int n = static_cast<int>(sys.gpus.size());
   if (a < 0 || b < 0 || a >= n || b >= n) {
-    return relay(d, cat("GPU", a < 0 || a >= n ? a : b, " is not in the topology (", n, " GPU", n == 1 ? "" : "s",
-                        " from ", sys.source, ")"));
+    return relay(d, common::format("GPU{} is not in the topology ({} GPU{} from {})", a < 0 || a >= n ? a : b, n,
+                                   n == 1 ? "" : "s", sys.source));
   }
   if (a == b) {
     d.path = PathType::LOC;
@@ -68,7 +69,7 @@ Decision decide(const Options& opts, const System& sys, const Level& level, int 
   const Link& link = sys.links[a][b];
   d.path = link.path;
   d.path_known = link.known;
-  const std::string how = cat(" [", link.detail, "]");
+  const std::string how = common::format(" [{}]", link.detail);
   if (opts.p2p_disable) return relay(d, "PEERLINK_P2P_DISABLE=1 forces relay" + how);
   if (opts.path == Path::Relay) return relay(d, "PEERLINK_TRANSPORT=relay forces relay" + how);
   if (opts.path == Path::Direct) {
@@ -79,15 +80,16 @@ Decision decide(const Options& opts, const System& sys, const Level& level, int 
   if (!link.known && !(level.user_set && level.level == PathType::SYS))
     return relay(d, "path unknown, relay to be safe (PEERLINK_P2P_LEVEL=SYS would allow it)" + how);
   if (link.path == PathType::NVL) {
-    if (level.level == PathType::LOC) return relay(d, cat(level.why, " disables P2P, NVLink too") + how);
+    if (level.level == PathType::LOC) return relay(d, common::format("{} disables P2P, NVLink too", level.why) + how);
     d.direct = true;
     d.reason = "NVLink pairs are always direct" + how;
   } else if (static_cast<int>(link.path) <= static_cast<int>(level.level)) {
     d.direct = true;
-    d.reason = cat(path_name(link.path), " is within P2P level ", path_name(level.level), " (", level.why, ")", how);
+    d.reason = common::format("{} is within P2P level {} ({}){}", path_name(link.path), path_name(level.level),
+                              level.why, how);
   } else {
-    return relay(d, cat(path_name(link.path), " is above P2P level ", path_name(level.level), " (", level.why,
-                        "); PEERLINK_P2P_LEVEL=", path_name(link.path), " would allow it", how));
+    return relay(d, common::format("{} is above P2P level {} ({}); PEERLINK_P2P_LEVEL={} would allow it{}",
+                                   path_name(link.path), path_name(level.level), level.why, path_name(link.path), how));
   }
   if (live && live->applies && !live->applies(a, b)) {
     d.reason += "; no live check (a GPU of the pair is not visible to this process)";
@@ -96,12 +98,13 @@ Decision decide(const Options& opts, const System& sys, const Level& level, int 
   if (live && live->can_access_peer) {
     const bool ab = live->can_access_peer(a, b), ba = live->can_access_peer(b, a);
     if (!ab || !ba)
-      return relay(d, cat("the runtime reports no peer access GPU", ab ? b : a, " -> GPU", ab ? a : b,
-                          " (policy alone: ", d.reason, ")"));
+      return relay(d, common::format("the runtime reports no peer access GPU{} -> GPU{} (policy alone: {})", ab ? b : a,
+                                     ab ? a : b, d.reason));
   }
   if (live && live->copy_check) {
     const std::string err = live->copy_check(a, b);
-    if (!err.empty()) return relay(d, cat("live P2P copy check failed: ", err, " (policy alone: ", d.reason, ")"));
+    if (!err.empty())
+      return relay(d, common::format("live P2P copy check failed: {} (policy alone: {})", err, d.reason));
     d.reason += "; live P2P copy check passed";
   }
   return d;

@@ -4,20 +4,17 @@
 #include <cstdio>
 #include <sstream>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "gpu/runtime.h"
 
 namespace peerlink::topology {
 
-using common::cat;
-
 namespace {
 
 std::string hex_or_unknown(int v) {
   if (v < 0) return "?";
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "0x%02X", v);
-  return buf;
+  return common::format("0x{:02X}", v);
 }
 
 std::string pad(const std::string& s, size_t w) { return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' '); }
@@ -33,9 +30,7 @@ std::string json_string(const std::string& s) {
       case '\r': o += "\\r"; break;
       default:
         if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          o += buf;
+          o += common::format("\\u{:04x}", c);
         } else {
           o += static_cast<char>(c);
         }
@@ -46,11 +41,7 @@ std::string json_string(const std::string& s) {
 
 std::string json_int_or_null(int v) { return v < 0 ? "null" : std::to_string(v); }
 
-std::string json_number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
+std::string json_number(double v) { return common::format("{:g}", v); }
 
 }  // namespace
 
@@ -68,10 +59,10 @@ std::string render_text(const System& sys, const Level& level, const std::vector
     o << "no GPUs found (GPU runtime: " << gpu::runtime_name() << "): nothing to decide.\n";
   } else {
     o << "\n" << pad("", 8);
-    for (size_t b = 0; b < n; ++b) o << pad(cat("GPU", b), 8);
+    for (size_t b = 0; b < n; ++b) o << pad(common::format("GPU{}", b), 8);
     o << pad("NUMA", 6) << "Bus id\n";
     for (size_t a = 0; a < n; ++a) {
-      o << pad(cat("GPU", a), 8);
+      o << pad(common::format("GPU{}", a), 8);
       for (size_t b = 0; b < n; ++b) {
         if (a == b) {
           o << pad("X", 8);
@@ -81,7 +72,7 @@ std::string render_text(const System& sys, const Level& level, const std::vector
         for (const Decision& d : pairs)
           if ((d.a == static_cast<int>(a) && d.b == static_cast<int>(b)) ||
               (d.a == static_cast<int>(b) && d.b == static_cast<int>(a)))
-            cell = cat(path_name(d.path), d.path_known ? "" : "?", d.direct ? " d" : " r");
+            cell = common::format("{}{}{}", path_name(d.path), d.path_known ? "" : "?", d.direct ? " d" : " r");
         o << pad(cell, 8);
       }
       o << pad(sys.gpus[a].numa < 0 ? "-" : std::to_string(sys.gpus[a].numa), 6) << sys.gpus[a].bus_id << "\n";

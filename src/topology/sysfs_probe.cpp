@@ -11,14 +11,13 @@
 #include <set>
 #include <sstream>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "gpu/runtime.h"
 #include "topology/cpu.h"
 #include "topology/probe.h"
 
 namespace peerlink::topology {
-
-using common::cat;
 
 bool read_small_file(const std::string& path, std::string* out, size_t max_bytes) {
   std::ifstream f(path, std::ios::binary);
@@ -87,8 +86,8 @@ SocketMap read_sockets(const std::string& root) {
   auto package_of_cpu = [&](long cpu) -> int {
     std::string s;
     long p = -1;
-    if (read_small_file(cat(cpu_dir, "/cpu", cpu, "/topology/physical_package_id"), &s) && parse_int_text(s, 10, &p) &&
-        p >= 0)
+    if (read_small_file(common::format("{}/cpu{}/topology/physical_package_id", cpu_dir, cpu), &s) &&
+        parse_int_text(s, 10, &p) && p >= 0)
       return static_cast<int>(p);
     return -1;
   };
@@ -104,7 +103,7 @@ SocketMap read_sockets(const std::string& root) {
     if (n.rfind("node", 0) != 0 || !parse_int_text(n.substr(4), 10, &node)) continue;
     std::string list;
     long first = -1;
-    if (!read_small_file(cat(node_dir, "/", n, "/cpulist"), &list)) continue;
+    if (!read_small_file(common::format("{}/{}/cpulist", node_dir, n), &list)) continue;
     std::string head = list.substr(0, list.find_first_of(",-"));
     if (!parse_int_text(head, 10, &first)) continue;
     int p = package_of_cpu(first);
@@ -118,13 +117,13 @@ void locate_gpu(const std::string& root_real, Gpu* g, std::vector<std::string>* 
   const std::string link = join(root_real, "sys/bus/pci/devices/" + g->bus_id);
   char resolved[PATH_MAX];
   if (g->bus_id.empty() || !realpath(link.c_str(), resolved)) {
-    warnings->push_back(cat("GPU", g->index, " (", g->bus_id, "): ", link, " not found; its PCI path is unknown"));
+    warnings->push_back(common::format("GPU{} ({}): {} not found; its PCI path is unknown", g->index, g->bus_id, link));
     return;
   }
   const std::string devices = join(root_real, "sys/devices/");
   std::string path = resolved;
   if (path.rfind(devices, 0) != 0) {
-    warnings->push_back(cat("GPU", g->index, ": ", link, " does not lead under ", devices));
+    warnings->push_back(common::format("GPU{}: {} does not lead under {}", g->index, link, devices));
     return;
   }
   std::vector<std::string> comps;
@@ -132,7 +131,7 @@ void locate_gpu(const std::string& root_real, Gpu* g, std::vector<std::string>* 
   for (std::string c; std::getline(in, c, '/');)
     if (!c.empty()) comps.push_back(c);
   if (comps.empty() || comps.back() != g->bus_id) {
-    warnings->push_back(cat("GPU", g->index, ": sysfs path ", path, " does not end in its bus id"));
+    warnings->push_back(common::format("GPU{}: sysfs path {} does not end in its bus id", g->index, path));
     return;
   }
   // The host bridge is the first component above the GPU that is not a bus id (pci0000:40, or a
@@ -141,7 +140,7 @@ void locate_gpu(const std::string& root_real, Gpu* g, std::vector<std::string>* 
   int hb = p - 1;
   while (hb >= 0 && is_bdf(comps[hb])) --hb;
   if (hb < 0) {
-    warnings->push_back(cat("GPU", g->index, ": no host bridge above it in ", path));
+    warnings->push_back(common::format("GPU{}: no host bridge above it in {}", g->index, path));
     return;
   }
   g->host_bridge = comps[hb];
@@ -158,7 +157,7 @@ void locate_gpu(const std::string& root_real, Gpu* g, std::vector<std::string>* 
     if (parse_int_text(numa, 10, &n) && n >= -1 && n < 4096)
       g->numa = static_cast<int>(n);
     else
-      warnings->push_back(cat("GPU", g->index, ": numa_node '", numa, "' is not a number; NUMA unknown"));
+      warnings->push_back(common::format("GPU{}: numa_node '{}' is not a number; NUMA unknown", g->index, numa));
   }
 }
 
@@ -182,15 +181,15 @@ System probe_sysfs(const ProbeOptions& opts) {
   const bool live = opts.live == ProbeOptions::Live::Yes || (opts.live == ProbeOptions::Live::Auto && root_is_machine);
   char resolved[PATH_MAX];
   std::string root_real = realpath(root.c_str(), resolved) ? resolved : "";
-  if (root_real.empty()) sys.warnings.push_back(cat("sysfs root '", root, "' does not exist"));
-  sys.source = cat("sysfs:", root);
+  if (root_real.empty()) sys.warnings.push_back(common::format("sysfs root '{}' does not exist", root));
+  sys.source = common::format("sysfs:{}", root);
 
   std::vector<std::string> bus_ids;
   int runtime_gpus = 0;
   if (!opts.bus_ids.empty()) {
     for (const std::string& id : opts.bus_ids) {
       bus_ids.push_back(normalize_bus_id(id));
-      if (bus_ids.back().empty()) sys.warnings.push_back(cat("'", id, "' is not a PCI bus id"));
+      if (bus_ids.back().empty()) sys.warnings.push_back(common::format("'{}' is not a PCI bus id", id));
     }
   } else if (live) {
     runtime_gpus = gpu::device_count();
@@ -199,7 +198,7 @@ System probe_sysfs(const ProbeOptions& opts) {
       try {
         id = normalize_bus_id(gpu::pci_bus_id(i));
       } catch (const std::exception& e) {
-        sys.warnings.push_back(cat("GPU", i, ": runtime could not tell its PCI bus id: ", e.what()));
+        sys.warnings.push_back(common::format("GPU{}: runtime could not tell its PCI bus id: {}", i, e.what()));
       }
       bus_ids.push_back(id);
     }
@@ -207,8 +206,9 @@ System probe_sysfs(const ProbeOptions& opts) {
   if (opts.bus_ids.empty() && runtime_gpus == 0 && !root_real.empty()) bus_ids = scan_gpus(root_real);
   sys.live = live && runtime_gpus > 0;
   if (live && opts.bus_ids.empty() && runtime_gpus == 0 && !bus_ids.empty())
-    sys.warnings.push_back(cat("the GPU runtime (", gpu::runtime_name(), ") sees no device; listing the ",
-                               bus_ids.size(), " GPUs found in sysfs instead"));
+    sys.warnings.push_back(
+        common::format("the GPU runtime ({}) sees no device; listing the {} GPUs found in sysfs instead",
+                       gpu::runtime_name(), bus_ids.size()));
 
   sys.cpu = live ? cpu_of_this_machine() : CpuInfo{};
   if (!live) {
@@ -254,7 +254,7 @@ System probe_sysfs(const ProbeOptions& opts) {
       for (size_t a = 0; a < n; ++a)
         for (size_t b = a + 1; b < n; ++b)
           if (gpu::p2p_link_hint(static_cast<int>(a), static_cast<int>(b)) == 1) {
-            Link l{PathType::NVL, true, cat("NVLink/xGMI per the runtime's P2P hint (", why, ")")};
+            Link l{PathType::NVL, true, common::format("NVLink/xGMI per the runtime's P2P hint ({})", why)};
             sys.links[a][b] = sys.links[b][a] = l;
           }
     }

@@ -8,14 +8,13 @@
 #include <map>
 #include <mutex>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "gpu/runtime.h"
 #include "topology/probe.h"
 #include "topology/report.h"
 
 namespace peerlink::topology {
-
-using common::cat;
 
 namespace {
 
@@ -40,8 +39,8 @@ System load_system(const Options& opts) {
   if (!opts.topo_file.empty()) {
     struct stat st {};
     key = stat(opts.topo_file.c_str(), &st) == 0
-              ? cat("xml:", opts.topo_file, ":", st.st_size, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec)
-              : cat("xml:", opts.topo_file, ":missing");
+              ? common::format("xml:{}:{}:{}.{}", opts.topo_file, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec)
+              : common::format("xml:{}:missing", opts.topo_file);
   }
   std::lock_guard<std::mutex> one(g_probe_mu);
   {
@@ -55,7 +54,7 @@ System load_system(const Options& opts) {
   } catch (const std::exception& e) {  // e.g. std::bad_alloc: still no exception out of here
     sys = System{};
     sys.source = opts.topo_file.empty() ? "sysfs:/" : "xml:" + opts.topo_file;
-    sys.warnings.push_back(cat("topology probe failed: ", e.what(), "; no GPUs, every pair relays"));
+    sys.warnings.push_back(common::format("topology probe failed: {}; no GPUs, every pair relays", e.what()));
   }
   log_warnings(opts, sys);
   std::lock_guard<std::mutex> lk(g_mu);
@@ -119,11 +118,11 @@ PairDecision decide_pair(const Options& opts, int dev_a, int dev_b) {
     d.a = dev_a;
     d.b = dev_b;
     d.direct = false;
-    d.reason = cat("topology decision failed (", e.what(), "); relay to be safe");
+    d.reason = common::format("topology decision failed ({}); relay to be safe", e.what());
   }
   common::log_line(LogLevel::Trace, opts.log_level,
-                   cat("topology: GPU", dev_a, " <-> GPU", dev_b, ": ", path_name(d.path), " ",
-                       d.direct ? "direct" : "relay", " - ", d.reason));
+                   common::format("topology: GPU{} <-> GPU{}: {} {} - {}", dev_a, dev_b, path_name(d.path),
+                                  d.direct ? "direct" : "relay", d.reason));
   return to_public(d);
 }
 
@@ -146,7 +145,7 @@ System subsystem(const System& full, const std::vector<std::string>& ids) {
       g = full.gpus[found];
     else {
       g.bus_id = ids[i];
-      sub.warnings.push_back(cat("GPU '", ids[i], "' of the job is not in ", full.source, "; its pairs relay"));
+      sub.warnings.push_back(common::format("GPU '{}' of the job is not in {}; its pairs relay", ids[i], full.source));
     }
     g.index = static_cast<int>(i);
     sub.gpus.push_back(g);
@@ -184,7 +183,7 @@ System job_system(const Options& opts, const std::vector<std::string>& bus_ids) 
   } catch (const std::exception& e) {
     sys = System{};
     sys.source = "sysfs:/";
-    sys.warnings.push_back(cat("topology probe failed: ", e.what(), "; no GPUs, every pair relays"));
+    sys.warnings.push_back(common::format("topology probe failed: {}; no GPUs, every pair relays", e.what()));
   }
   log_warnings(opts, sys);
   std::lock_guard<std::mutex> lk(g_mu);
@@ -207,7 +206,7 @@ std::vector<PairDecision> decide_job_pairs(const Options& opts, const std::vecto
       } catch (const std::exception& e) {
         d.a = a;
         d.b = b;
-        d.reason = cat("topology decision failed (", e.what(), "); relay to be safe");
+        d.reason = common::format("topology decision failed ({}); relay to be safe", e.what());
       }
       out.push_back(to_public(d));
     }

@@ -5,11 +5,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/format.h"
 #include "common/log.h"
 
 namespace peerlink::topology {
-
-using common::cat;
 
 const std::string* XmlNode::attr(const std::string& key) const {
   for (const auto& kv : attrs)
@@ -25,7 +24,7 @@ class Parser {
 
   XmlParse run() {
     XmlParse r;
-    if (t_.size() > kXmlMaxBytes) return fail(r, cat("file larger than ", kXmlMaxBytes, " bytes"));
+    if (t_.size() > kXmlMaxBytes) return fail(r, common::format("file larger than {} bytes", kXmlMaxBytes));
     if (t_.compare(0, 3, "\xEF\xBB\xBF") == 0) pos_ = 3;  // UTF-8 byte order mark
     std::vector<XmlNode*> stack;
     bool have_root = false;
@@ -33,7 +32,8 @@ class Parser {
       const size_t lt = t_.find('<', pos_);
       if (lt == std::string::npos) {
         if (!stack.empty())
-          return fail(r, cat("end of file inside <", stack.back()->name, "> opened on line ", stack.back()->line));
+          return fail(
+              r, common::format("end of file inside <{}> opened on line {}", stack.back()->name, stack.back()->line));
         if (!have_root) return fail(r, "no element found");
         r.ok = true;
         return r;
@@ -56,13 +56,14 @@ class Parser {
         skip_space();
         if (name.empty() || pos_ >= t_.size() || t_[pos_] != '>') return fail(r, "malformed closing tag");
         if (stack.empty() || stack.back()->name != name)
-          return fail(
-              r, cat("</", name, "> does not close ", stack.empty() ? "anything" : "<" + stack.back()->name + ">"));
+          return fail(r, common::format("</{}> does not close {}", name,
+                                        stack.empty() ? "anything" : "<" + stack.back()->name + ">"));
         stack.pop_back();
         advance_to(pos_ + 1);
       } else {
         if (stack.empty() && have_root) return fail(r, "second document element");
-        if (static_cast<int>(stack.size()) >= kXmlMaxDepth) return fail(r, cat("nesting deeper than ", kXmlMaxDepth));
+        if (static_cast<int>(stack.size()) >= kXmlMaxDepth)
+          return fail(r, common::format("nesting deeper than {}", kXmlMaxDepth));
         XmlNode node;
         node.line = line_;
         advance_to(pos_ + 1);
@@ -90,7 +91,7 @@ class Parser {
   XmlParse& fail(XmlParse& r, const std::string& msg) {
     r.ok = false;
     r.root = XmlNode{};
-    r.error = cat("line ", line_, ": ", msg);
+    r.error = common::format("line {}: {}", line_, msg);
     return r;
   }
   bool starts(const char* s) const { return t_.compare(pos_, std::strlen(s), s) == 0; }
@@ -118,7 +119,7 @@ class Parser {
     while (true) {
       skip_space();
       if (pos_ >= t_.size()) {
-        *err = cat("end of file inside tag <", node->name, ">");
+        *err = common::format("end of file inside tag <{}>", node->name);
         return false;
       }
       if (t_[pos_] == '>') {
@@ -132,29 +133,29 @@ class Parser {
       }
       std::string key = read_name();
       if (key.empty()) {
-        *err = cat("unexpected '", t_[pos_], "' in tag <", node->name, ">");
+        *err = common::format("unexpected '{}' in tag <{}>", t_[pos_], node->name);
         return false;
       }
       skip_space();
       if (pos_ >= t_.size() || t_[pos_] != '=') {
-        *err = cat("attribute ", key, " has no value");
+        *err = common::format("attribute {} has no value", key);
         return false;
       }
       advance_to(pos_ + 1);
       skip_space();
       if (pos_ >= t_.size() || (t_[pos_] != '"' && t_[pos_] != '\'')) {
-        *err = cat("value of attribute ", key, " is not quoted");
+        *err = common::format("value of attribute {} is not quoted", key);
         return false;
       }
       const char q = t_[pos_];
       const size_t end = t_.find(q, pos_ + 1);
       if (end == std::string::npos) {
-        *err = cat("unterminated value of attribute ", key);
+        *err = common::format("unterminated value of attribute {}", key);
         return false;
       }
       std::string value;
       if (!unescape(t_.substr(pos_ + 1, end - pos_ - 1), &value)) {
-        *err = cat("bad entity in attribute ", key);
+        *err = common::format("bad entity in attribute {}", key);
         return false;
       }
       advance_to(end + 1);

@@ -4,14 +4,13 @@
 #include <chrono>
 #include <thread>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "gpu/runtime.h"
 #include "peerlink/errors.h"
 #include "transport/transport.h"
 
 namespace peerlink::detail {
-
-using common::cat;
 
 class CommImpl::Scope {
  public:
@@ -28,16 +27,18 @@ CommImpl::CommImpl(std::string unique_id, int rank, int world_size, int device, 
     : unique_id_(std::move(unique_id)), rank_(rank), world_size_(world_size), device_(device), opts_(std::move(opts)) {
   if (unique_id_.empty()) throw InvalidArgument("Communicator: unique_id is empty");
   if (world_size_ < 1 || world_size_ > bootstrap::kMaxRanks)
-    throw InvalidArgument(cat("Communicator: world_size ", world_size_, " is outside [1, ", bootstrap::kMaxRanks, "]"));
+    throw InvalidArgument(
+        common::format("Communicator: world_size {} is outside [1, {}]", world_size_, bootstrap::kMaxRanks));
   if (rank_ < 0 || rank_ >= world_size_)
-    throw InvalidArgument(cat("Communicator: rank ", rank_, " is outside [0, ", world_size_, ")"));
+    throw InvalidArgument(common::format("Communicator: rank {} is outside [0, {})", rank_, world_size_));
   if (device_ < kHostDevice)
-    throw InvalidArgument(cat("Communicator: device ", device_, " is invalid (use -1 for host memory or a GPU index)"));
+    throw InvalidArgument(
+        common::format("Communicator: device {} is invalid (use -1 for host memory or a GPU index)", device_));
   if (device_ >= 0) {
     int n = gpu::device_count();
     if (device_ >= n)
-      throw InvalidArgument(cat("Communicator: device ", device_, " does not exist (", gpu::runtime_name(), " sees ", n,
-                                " GPU(s))"));
+      throw InvalidArgument(common::format("Communicator: device {} does not exist ({} sees {} GPU(s))", device_,
+                                           gpu::runtime_name(), n));
   }
   opts_.validate();  // the one check of every knob (config/options.cpp)
   // Every blocking wait below runs this hook (~every 20 ms): close() on another thread makes it
@@ -58,7 +59,7 @@ CommImpl::~CommImpl() {
 }
 
 void CommImpl::throw_closed(const char* what) const {
-  throw InvalidArgument(cat(what, ": communicator (rank ", rank_, " of '", unique_id_, "') is closed"));
+  throw InvalidArgument(common::format("{}: communicator (rank {} of '{}') is closed", what, rank_, unique_id_));
 }
 
 void CommImpl::enter(const char* what) const {
@@ -83,15 +84,16 @@ void CommImpl::check_usable() {
   // barriers or steps ran, so going on would pair this rank with the wrong ones.
   // The reason is bootstrap's: a barrier that timed out or lost a peer is not "interrupted".
   if (transport_->boot().interrupted())
-    throw Error(cat("communicator (rank ", rank_, " of '", unique_id_, "'): an earlier barrier or collective wait ",
-                    transport_->boot().out_of_step_reason(),
-                    ", so its ranks no longer agree on how many ran; close the communicator"));
+    throw Error(
+        common::format("communicator (rank {} of '{}'): an earlier barrier or collective wait {}, so its ranks no "
+                       "longer agree on how many ran; close the communicator",
+                       rank_, unique_id_, transport_->boot().out_of_step_reason()));
 }
 
 void CommImpl::validate_peer(int peer, const char* what) const {
   if (peer < 0 || peer >= world_size_)
-    throw InvalidArgument(cat(what, ": peer ", peer, " is outside [0, ", world_size_, ")"));
-  if (peer == rank_) throw InvalidArgument(cat(what, ": peer ", peer, " is this rank itself"));
+    throw InvalidArgument(common::format("{}: peer {} is outside [0, {})", what, peer, world_size_));
+  if (peer == rank_) throw InvalidArgument(common::format("{}: peer {} is this rank itself", what, peer));
 }
 
 void CommImpl::check_peer_alive(int peer) {
@@ -118,7 +120,7 @@ void CommImpl::allgather(const void* mine, size_t bytes, void* all) {
   Scope s(*this, "allgather");
   check_usable();
   if (bytes > Communicator::kMaxAllgatherBytes)
-    throw InvalidArgument(cat("allgather: ", bytes, " bytes exceeds ", Communicator::kMaxAllgatherBytes));
+    throw InvalidArgument(common::format("allgather: {} bytes exceeds {}", bytes, Communicator::kMaxAllgatherBytes));
   if (bytes > 0 && (!mine || !all)) throw InvalidArgument("allgather: null buffer");
   transport_->boot().allgather(mine, bytes, all, opts_.timeout);
 }
@@ -235,7 +237,8 @@ void CommImpl::send_direct(int peer, const void* src, size_t len, uint32_t buf_i
   Scope s(*this, "send_direct");
   validate_peer(peer, "send_direct");
   if (timeout.count() <= 0)
-    throw InvalidArgument(cat("send_direct to rank ", peer, ": timeout must be > 0 ms, got ", timeout.count()));
+    throw InvalidArgument(
+        common::format("send_direct to rank {}: timeout must be > 0 ms, got {}", peer, timeout.count()));
   transport_->send_direct(peer, src, len, buf_id, version, offset, timeout);
 }
 
@@ -263,8 +266,9 @@ void CommImpl::close() {
     // or a wait that is not bounded as promised). Freeing the transport under it would be a
     // use-after-free: leak it instead, loudly.
     common::log_line(LogLevel::Warn, opts_.log_level,
-                     cat("close (rank ", rank_, " of '", unique_id_, "'): ", n, " call(s) still in flight after ",
-                         opts_.timeout.count(), " ms; the transport is leaked, not freed under them"));
+                     common::format("close (rank {} of '{}'): {} call(s) still in flight after {} ms; the transport is "
+                                    "leaked, not freed under them",
+                                    rank_, unique_id_, n, opts_.timeout.count()));
     std::lock_guard<std::mutex> g2(upper_mu_);
     for (auto& kv : upper_) new std::shared_ptr<UpperState>(std::move(kv.second));
     upper_.clear();

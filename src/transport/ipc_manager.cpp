@@ -2,13 +2,12 @@
 
 #include <cstring>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 
 namespace peerlink::detail {
 namespace {
-
-using common::cat;
 
 // Every allocation exported by an IpcManager of this process, by base address: what an in-process
 // handle (owner pid == ours) must match before its owner_base is used as a pointer. Lock order:
@@ -36,9 +35,10 @@ void check_same_allocation(int peer, const gpu::MemHandle& mapped, const gpu::Me
   if (mapped.kind == h.kind && mapped.alloc_bytes == h.alloc_bytes && mapped.owner_base == h.owner_base &&
       std::memcmp(mapped.data, h.data, sizeof h.data) == 0)
     return;
-  throw Error(cat("rejected a buffer handle from rank ", peer, ": allocation id ", h.alloc_id, " is already mapped as ",
-                  mapped.alloc_bytes, " bytes at 0x", std::hex, mapped.owner_base, std::dec, " but this handle says ",
-                  h.alloc_bytes, " bytes at 0x", std::hex, h.owner_base, std::dec, " (forged or corrupt handle)"));
+  throw Error(
+      common::format("rejected a buffer handle from rank {}: allocation id {} is already mapped as {} bytes at 0x{:x} "
+                     "but this handle says {} bytes at 0x{:x} (forged or corrupt handle)",
+                     peer, h.alloc_id, mapped.alloc_bytes, mapped.owner_base, h.alloc_bytes, h.owner_base));
 }
 
 }  // namespace
@@ -75,19 +75,20 @@ gpu::MemHandle IpcManager::export_range(const void* p, size_t len, uint64_t* off
 
 char* IpcManager::in_process_base(int peer, const gpu::MemHandle& h) const {
   auto reject = [&](const char* why) {
-    throw Error(cat("rejected a buffer handle from rank ", peer, " that claims to be owned by this process (pid ",
-                    h.owner_pid, ", base 0x", std::hex, h.owner_base, std::dec, ", allocation id ", h.alloc_id, ", ",
-                    h.alloc_bytes, " bytes): ", why, " (forged or corrupt handle)"));
+    throw Error(
+        common::format("rejected a buffer handle from rank {} that claims to be owned by this process (pid {}, base "
+                       "0x{:x}, allocation id {}, {} bytes): {} (forged or corrupt handle)",
+                       peer, h.owner_pid, h.owner_base, h.alloc_id, h.alloc_bytes, why));
   };
   std::lock_guard<std::mutex> gp(process_exports_mu());
   auto it = process_exports().find(h.owner_base);
   if (it == process_exports().end()) reject("no allocation exported by this process starts there");
   const ProcessExport& e = it->second;
   if (e.alloc_id != h.alloc_id || e.bytes != h.alloc_bytes || e.kind != h.kind)
-    reject(cat("the allocation exported there is id ", e.alloc_id, ", ", e.bytes, " bytes").c_str());
+    reject(common::format("the allocation exported there is id {}, {} bytes", e.alloc_id, e.bytes).c_str());
   if (e.owner == this) reject("it names one of this rank's own allocations, never a peer's buffer");
   if (e.rank >= 0 && peer >= 0 && e.rank != peer)
-    reject(cat("that allocation was exported by rank ", e.rank).c_str());
+    reject(common::format("that allocation was exported by rank {}", e.rank).c_str());
   return reinterpret_cast<char*>(h.owner_base);
 }
 

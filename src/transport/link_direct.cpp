@@ -1,5 +1,6 @@
 #include "transport/link_direct.h"
 
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 #include "transport/registry.h"
@@ -7,12 +8,11 @@
 
 namespace peerlink::detail {
 
-using common::cat;
-
 std::exception_ptr mismatch_error(const RecvOp& r, int peer, uint32_t buf_id, uint64_t offset, uint64_t len) {
-  return std::make_exception_ptr(InvalidArgument(
-      cat("irecv from rank ", peer, " (message ", r.seq, "): expected buffer ", r.buf_id, " offset ", r.offset, " len ",
-          r.len, " but the matching send wrote buffer ", buf_id, " offset ", offset, " len ", len)));
+  return std::make_exception_ptr(
+      InvalidArgument(common::format("irecv from rank {} (message {}): expected buffer {} offset {} len {} but the "
+                                     "matching send wrote buffer {} offset {} len {}",
+                                     peer, r.seq, r.buf_id, r.offset, r.len, buf_id, offset, len)));
 }
 
 void finish_recv(RecvOp& r, uint64_t status, uint32_t buf_id, uint64_t offset, uint64_t len, int peer) {
@@ -23,7 +23,7 @@ void finish_recv(RecvOp& r, uint64_t status, uint32_t buf_id, uint64_t offset, u
   else if (status == kStatusMismatch) r.req->fail(mismatch_error(r, peer, buf_id, offset, len));
   else
     r.req->fail(std::make_exception_ptr(
-        InvalidArgument(cat(r.req->what(), ": the message could not land: ", status_text(status)))));
+        InvalidArgument(common::format("{}: the message could not land: {}", r.req->what(), status_text(status)))));
 }
 
 void RecvLink::fail_all(std::exception_ptr e) {
@@ -35,7 +35,7 @@ void RecvLink::fail_all(std::exception_ptr e) {
 void RecvLink::fail_buffer(uint32_t buf_id, const char* why) {
   for (auto& r : recvs_) {
     if (r.finished || r.buf_id != buf_id) continue;
-    r.req->fail(std::make_exception_ptr(InvalidArgument(cat(r.req->what(), ": ", why))));
+    r.req->fail(std::make_exception_ptr(InvalidArgument(common::format("{}: {}", r.req->what(), why))));
     r.finished = true;
   }
 }
@@ -93,7 +93,7 @@ bool DirectSendLink::drain_replies() {
 }
 
 void DirectSendLink::on_ack(const shm::RingMsg& m) {
-  throw Error(cat("rank ", env_.peer, " sent an ACK on a done_seq pair (corrupted ring)"));
+  throw Error(common::format("rank {} sent an ACK on a done_seq pair (corrupted ring)", env_.peer));
 }
 
 bool DirectSendLink::progress() {
@@ -146,8 +146,8 @@ bool DirectSendLink::progress() {
     op.map.reset();
     count_retired();
     if (op.status != kStatusOk)
-      op.req->fail(std::make_exception_ptr(
-          InvalidArgument(cat(op.req->what(), ": rank ", env_.peer, " rejected it: ", status_text(op.status)))));
+      op.req->fail(std::make_exception_ptr(InvalidArgument(
+          common::format("{}: rank {} rejected it: {}", op.req->what(), env_.peer, status_text(op.status)))));
     else
       op.req->complete();
     ops_.pop_front();

@@ -3,6 +3,7 @@
 // (host -> device) into the published buffer. Each chunk carries its message's metadata; a message
 // completes on the sender when its last chunk is published, and on the receiver when its last
 // chunk landed (matched to irecvs in FIFO order, no ACK).
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 #include "transport/links.h"
@@ -49,7 +50,8 @@ class RelaySendLink final : public SendLink {
     while (!ops_.empty() && ops_.front()->stage == SendOp::kCopied) {
       SendOp& op = *ops_.front();
       if (op.status != kStatusOk)
-        op.req->fail(std::make_exception_ptr(InvalidArgument(cat(op.req->what(), ": ", status_text(op.status)))));
+        op.req->fail(
+            std::make_exception_ptr(InvalidArgument(common::format("{}: {}", op.req->what(), status_text(op.status)))));
       else
         op.req->complete();
       env_.counters->sends_relay.fetch_add(1, std::memory_order_relaxed);
@@ -61,8 +63,6 @@ class RelaySendLink final : public SendLink {
 
  private:
   using Clock = std::chrono::steady_clock;
-  template <class... A>
-  static std::string cat(A&&... a) { return common::cat(std::forward<A>(a)...); }
 
   // Fills free staging chunks from the oldest unfinished message(s), strictly in order.
   bool fill() {

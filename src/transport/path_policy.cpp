@@ -1,14 +1,14 @@
 #include "transport/path_policy.h"
 
+#include <algorithm>
+
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/topology.h"
-
-#include <algorithm>
 
 namespace peerlink::detail {
 
 std::vector<PathChoice> choose_paths(const Options& opts, int rank, const std::vector<std::string>& bus_ids) {
-  using common::cat;
   std::vector<PathChoice> out(bus_ids.size(), PathChoice{Path::Direct, "self"});
   // Forced settings apply to every pair, host-memory ranks included (so CI covers the relay).
   if (opts.path == Path::Relay) return std::vector<PathChoice>(bus_ids.size(), {Path::Relay, "PEERLINK_TRANSPORT=relay"});
@@ -32,14 +32,15 @@ std::vector<PathChoice> choose_paths(const Options& opts, int rank, const std::v
       continue;
     }
     if (bus_ids[p] == bus_ids[rank]) {
-      out[p] = {Path::Direct, cat("same GPU ", bus_ids[p]), true};
+      out[p] = {Path::Direct, common::format("same GPU {}", bus_ids[p]), true};
       continue;
     }
     int a = std::min(index_of(bus_ids[rank]), index_of(bus_ids[p])), b = std::max(index_of(bus_ids[rank]), index_of(bus_ids[p]));
     out[p] = {Path::Relay, "topology gave no decision for this pair"};
     for (const auto& d : pairs)
       if (d.a == a && d.b == b)
-        out[p] = {d.direct ? Path::Direct : Path::Relay, cat(d.path, ": ", d.reason), d.direct && d.path == "NVL"};
+        out[p] = {d.direct ? Path::Direct : Path::Relay, common::format("{}: {}", d.path, d.reason),
+                  d.direct && d.path == "NVL"};
   }
   return out;
 }

@@ -2,6 +2,7 @@
 // receive worker, which drives every pair's receive link.
 #include <sched.h>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 #include "transport/registry.h"
@@ -9,16 +10,14 @@
 #include "transport/worker_loop.h"
 
 namespace peerlink::detail {
-namespace {
-using common::cat;
-}  // namespace
+namespace {}  // namespace
 
 void Transport::notify(int peer, uint32_t buf_id, void* ptr, size_t len, uint64_t version) {
   rethrow_worker_error();
-  if (!ptr) throw InvalidArgument(cat("notify_ipc_buffer(peer ", peer, ", buffer ", buf_id, "): ptr is null"));
-  if (len == 0) throw InvalidArgument(cat("notify_ipc_buffer(peer ", peer, ", buffer ", buf_id, "): len is 0"));
+  if (!ptr) throw InvalidArgument(common::format("notify_ipc_buffer(peer {}, buffer {}): ptr is null", peer, buf_id));
+  if (len == 0) throw InvalidArgument(common::format("notify_ipc_buffer(peer {}, buffer {}): len is 0", peer, buf_id));
   if (version == 0)
-    throw InvalidArgument(cat("notify_ipc_buffer(peer ", peer, ", buffer ", buf_id, "): version must be > 0"));
+    throw InvalidArgument(common::format("notify_ipc_buffer(peer {}, buffer {}): version must be > 0", peer, buf_id));
   Peer& P = *peers_[peer];
   std::lock_guard<std::mutex> g(P.pubs.mu);
   auto it = P.pubs.by_id.find(buf_id);
@@ -26,12 +25,14 @@ void Transport::notify(int peer, uint32_t buf_id, void* ptr, size_t len, uint64_
     LocalPublication& cur = it->second;
     if (!cur.revoked && cur.version == version && cur.ptr == ptr && cur.len == len) return;  // same triple: no-op
     if (version < cur.version)
-      throw InvalidArgument(cat("notify_ipc_buffer(peer ", peer, ", buffer ", buf_id, "): stale version ", version,
-                                "; version ", cur.version, " is already published"));
+      throw InvalidArgument(
+          common::format("notify_ipc_buffer(peer {}, buffer {}): stale version {}; version {} is already published",
+                         peer, buf_id, version, cur.version));
     if (version == cur.version)
-      throw InvalidArgument(cat("notify_ipc_buffer(peer ", peer, ", buffer ", buf_id, "): version ", version,
-                                " is already published with a different pointer/length (", static_cast<void*>(cur.ptr),
-                                ", ", cur.len, " bytes", cur.revoked ? ", since freed" : "", "); publish a new version"));
+      throw InvalidArgument(common::format(
+          "notify_ipc_buffer(peer {}, buffer {}): version {} is already published with a different pointer/length ({}, "
+          "{} bytes{}); publish a new version",
+          peer, buf_id, version, static_cast<void*>(cur.ptr), cur.len, cur.revoked ? ", since freed" : ""));
   }
   Publication pub;
   pub.buf_id = buf_id;
@@ -40,8 +41,8 @@ void Transport::notify(int peer, uint32_t buf_id, void* ptr, size_t len, uint64_
   pub.handle = ipc_->export_range(ptr, len, &pub.offset);  // validates memory; may throw
   RegSlot* slot = it != P.pubs.by_id.end() ? it->second.slot : registry_slot_for_write(P.env.in.reg, buf_id);
   if (!slot)
-    throw InvalidArgument(cat("notify_ipc_buffer(peer ", peer, ", buffer ", buf_id, "): registry full (", kRegSlots,
-                              " buffer ids per peer)"));
+    throw InvalidArgument(common::format(
+        "notify_ipc_buffer(peer {}, buffer {}): registry full ({} buffer ids per peer)", peer, buf_id, kRegSlots));
   registry_write(slot, pub);
   P.pubs.by_id[buf_id] = LocalPublication{static_cast<char*>(ptr), len, version, slot, false};
 }
@@ -49,7 +50,7 @@ void Transport::notify(int peer, uint32_t buf_id, void* ptr, size_t len, uint64_
 void Transport::wait_buffer(int peer, uint32_t buf_id, uint64_t min_version) {
   rethrow_worker_error();
   if (min_version == 0)
-    throw InvalidArgument(cat("wait_ipc_buffer(peer ", peer, ", buffer ", buf_id, "): min_version must be > 0"));
+    throw InvalidArgument(common::format("wait_ipc_buffer(peer {}, buffer {}): min_version must be > 0", peer, buf_id));
   Publication pub = wait_publication(peer, buf_id, min_version, "wait_ipc_buffer");
   if (peers_[peer]->path == Path::Direct) ipc_->bind(peer, pub);  // the first send pays nothing
 }
@@ -59,17 +60,17 @@ Request Transport::irecv(int peer, uint32_t buf_id, size_t offset, size_t len) {
   check_peer(peer);
   Peer& P = *peers_[peer];
   if (offset > SIZE_MAX - len)
-    throw InvalidArgument(cat("irecv from rank ", peer, ": offset ", offset, " + len ", len, " overflows"));
+    throw InvalidArgument(common::format("irecv from rank {}: offset {} + len {} overflows", peer, offset, len));
   {
     std::lock_guard<std::mutex> g(P.pubs.mu);
     auto it = P.pubs.by_id.find(buf_id);
     if (it == P.pubs.by_id.end() || it->second.revoked)
-      throw InvalidArgument(cat("irecv from rank ", peer, ": unknown buffer id ", buf_id,
-                                it == P.pubs.by_id.end() ? " (publish it with notify_ipc_buffer first)"
-                                                         : " (its memory was freed; publish it again)"));
+      throw InvalidArgument(common::format("irecv from rank {}: unknown buffer id {}{}", peer, buf_id,
+                                           it == P.pubs.by_id.end() ? " (publish it with notify_ipc_buffer first)"
+                                                                    : " (its memory was freed; publish it again)"));
     if (offset + len > it->second.len)
-      throw InvalidArgument(cat("irecv from rank ", peer, ": [offset ", offset, ", +len ", len, ") exceeds buffer ",
-                                buf_id, " of ", it->second.len, " bytes"));
+      throw InvalidArgument(common::format("irecv from rank {}: [offset {}, +len {}) exceeds buffer {} of {} bytes",
+                                           peer, offset, len, buf_id, it->second.len));
   }
   RecvOp r;
   r.buf_id = buf_id;
@@ -126,8 +127,10 @@ void Transport::free_memory(void* p) {
       }
     }
     for (uint32_t id : ids)
-      P.recv->fail_buffer(id, cat("buffer ", id, " was freed (Communicator::free) while this receive from rank ",
-                                  P.rank, " was pending").c_str());
+      P.recv->fail_buffer(
+          id, common::format("buffer {} was freed (Communicator::free) while this receive from rank {} was pending", id,
+                             P.rank)
+                  .c_str());
     if (!ids.empty() && P.recv_queue) P.recv_queue->wait_all();  // relay drains into it in flight
   }
   ipc_->forget_export(a.base);

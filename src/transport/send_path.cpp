@@ -3,6 +3,7 @@
 // which drives every pair's send link.
 #include <thread>
 
+#include "common/format.h"
 #include "common/interrupt.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
@@ -12,7 +13,6 @@
 
 namespace peerlink::detail {
 namespace {
-using common::cat;
 using Clock = std::chrono::steady_clock;
 
 // A send_direct on a ring pair counts its thread as waiting on the pair's replies from before its
@@ -58,16 +58,18 @@ Publication Transport::wait_publication(int peer, uint32_t buf_id, uint64_t min_
       // Revoked: the owner freed the buffer (Transport::free_memory). It may publish the id again
       // at a newer version, but what was asked for is gone.
       if (pub->revoked)
-        throw InvalidArgument(cat(what, " to rank ", peer, ": buffer ", buf_id, " (version ", pub->version,
-                                  ") was freed by rank ", peer, " and is no longer published"));
+        throw InvalidArgument(
+            common::format("{} to rank {}: buffer {} (version {}) was freed by rank {} and is no longer published",
+                           what, peer, buf_id, pub->version, peer));
       return *pub;
     }
     check_peer(peer);
     interrupt.poll();
     if (Clock::now() > deadline)
-      throw TimeoutError(cat(what, " to rank ", peer, ": buffer ", buf_id, " was not published at version >= ", min_version,
-                             " within ", opts_.timeout.count(), " ms (published: ",
-                             pub ? cat("version ", pub->version) : std::string("never"), ")"));
+      throw TimeoutError(
+          common::format("{} to rank {}: buffer {} was not published at version >= {} within {} ms (published: {})",
+                         what, peer, buf_id, min_version, opts_.timeout.count(),
+                         pub ? common::format("version {}", pub->version) : std::string("never")));
     if (iter > 100) std::this_thread::sleep_for(std::chrono::microseconds(iter < 1000 ? 20 : 1000));
   }
 }
@@ -76,9 +78,9 @@ Transport::SendHandle Transport::submit_send(int peer, const void* src, size_t l
                                              uint64_t version) {
   rethrow_worker_error();
   check_peer(peer);
-  if (!src && len > 0) throw InvalidArgument(cat("isend to rank ", peer, ": src is null (len ", len, ")"));
+  if (!src && len > 0) throw InvalidArgument(common::format("isend to rank {}: src is null (len {})", peer, len));
   if (offset > SIZE_MAX - len)
-    throw InvalidArgument(cat("isend to rank ", peer, ": offset ", offset, " + len ", len, " overflows"));
+    throw InvalidArgument(common::format("isend to rank {}: offset {} + len {} overflows", peer, offset, len));
   Peer& P = *peers_[peer];
   auto op = std::make_shared<SendOp>();
   op->src = static_cast<const char*>(src);
@@ -89,11 +91,13 @@ Transport::SendHandle Transport::submit_send(int peer, const void* src, size_t l
   if (version > 0) {
     Publication pub = wait_publication(peer, buf_id, version, "isend");
     if (pub.version > version)
-      throw InvalidArgument(cat("isend to rank ", peer, ": stale version ", version, " for buffer ", buf_id,
-                                "; the receiver published version ", pub.version));
+      throw InvalidArgument(
+          common::format("isend to rank {}: stale version {} for buffer {}; the receiver published version {}", peer,
+                         version, buf_id, pub.version));
     if (offset + len > pub.len)
-      throw InvalidArgument(cat("isend to rank ", peer, ": [offset ", offset, ", +len ", len, ") exceeds buffer ", buf_id,
-                                " of ", pub.len, " bytes (version ", version, ")"));
+      throw InvalidArgument(
+          common::format("isend to rank {}: [offset {}, +len {}) exceeds buffer {} of {} bytes (version {})", peer,
+                         offset, len, buf_id, pub.len, version));
     if (P.path == Path::Direct) {
       // The binding is made from exactly the record just bounds-checked, not from a second read.
       Binding bind = ipc_->bind(peer, pub);
@@ -151,7 +155,7 @@ void Transport::send_direct(int peer, const void* src, size_t len, uint32_t buf_
         if (h.req.test()) break;  // throws the operation's own error
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
         if (left.count() <= 0)
-          throw TimeoutError(cat(h.op->req->what(), ": not complete after ", timeout.count(), " ms"));
+          throw TimeoutError(common::format("{}: not complete after {} ms", h.op->req->what(), timeout.count()));
         try {
           h.req.wait(std::min(left, common::InterruptPoll::kInterval));
           break;

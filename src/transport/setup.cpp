@@ -2,12 +2,13 @@
 // transport's control segment (doorbells), per-pair segments, the done_seq channel handshake with
 // its ring fallback, relay staging rings, the links, and the workers. Every name created here is
 // unlinked as soon as every process that maps it has done so.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstring>
 #include <thread>
 
-#include <unistd.h>
-
+#include "common/format.h"
 #include "common/interrupt.h"
 #include "common/log.h"
 #include "config/test_hooks.h"
@@ -24,7 +25,6 @@ namespace peerlink::detail {
 static_assert(kMaxPeers == bootstrap::kMaxRanks, "transport kMaxPeers must equal bootstrap::kMaxRanks");
 namespace {
 
-using common::cat;
 using Clock = std::chrono::steady_clock;
 
 int64_t now_ns() {
@@ -45,7 +45,7 @@ Transport::Transport(const std::string& unique_id, int rank, int world, int devi
   bo.timeout_ms = static_cast<int>(std::min<long long>(opts.timeout.count(), INT32_MAX));
   bo.log_level = opts.log_level;
   bo.arm_window_us = opts.host_arm_us;
-  backend_ = gpu::make_backend(device, common::cat(boot_->job_prefix(), "r", rank, "_"), bo);
+  backend_ = gpu::make_backend(device, common::format("{}r{}_", boot_->job_prefix(), rank), bo);
   ipc_ = std::make_unique<IpcManager>(*backend_, common::self_proc_id(), rank);
   try {
     setup_links();
@@ -86,8 +86,9 @@ void Transport::exchange_join_info(std::vector<std::string>& bus_ids, std::vecto
 // itself in `mapped`; whoever completes the count removes the name.
 void Transport::create_control_segment() {
   if (rank_ != 0) return;
-  ctl_seg_ = common::Segment::create(cat(boot_->job_prefix(), "ctl"), sizeof(ControlLayout), boot_->nonce(),
-                                     [](void* m) { static_cast<ControlLayout*>(m)->mapped.value.store(1); });
+  ctl_seg_ =
+      common::Segment::create(common::format("{}ctl", boot_->job_prefix()), sizeof(ControlLayout), boot_->nonce(),
+                              [](void* m) { static_cast<ControlLayout*>(m)->mapped.value.store(1); });
   ctl_seg_.set_unlink_on_destroy(true);
   ctl_ = static_cast<ControlLayout*>(ctl_seg_.payload());
   if (world_ == 1) ctl_seg_.unlink();
@@ -121,7 +122,7 @@ void Transport::choose_peer_paths(const std::vector<std::string>& bus_ids) {
   for (int p = 0; p < world_; ++p)
     if (p != rank_ && choices[p].path == Path::Relay) mask |= uint64_t(1) << p;
   if (device_ >= 0 && opts_.log_level >= LogLevel::Info)
-    common::log_line(LogLevel::Info, opts_.log_level, cat("topology:\n", topology::explain(opts_)));
+    common::log_line(LogLevel::Info, opts_.log_level, common::format("topology:\n{}", topology::explain(opts_)));
   std::vector<uint64_t> masks(world_);
   boot_->allgather(&mask, sizeof mask, masks.data(), opts_.timeout);
 
@@ -135,13 +136,13 @@ void Transport::choose_peer_paths(const std::vector<std::string>& bus_ids) {
     peer->nvlink = !relay && choices[p].nvlink;
     peer->same_process = boot_->slot(p).pid == int32_t(::getpid());
     peer->path_reason = ((masks[p] >> rank_) & 1) && !((mask >> p) & 1)
-                            ? cat("rank ", p, " asked to relay (here: ", choices[p].reason, ")")
+                            ? common::format("rank {} asked to relay (here: {})", p, choices[p].reason)
                             : choices[p].reason;
     // A GPU pair relayed by the topology (not by a setting) is slow and worth a warning with its reason.
     const bool surprising = relay && !bus_ids[p].empty() && !bus_ids[rank_].empty() && opts_.path != Path::Relay &&
                             !opts_.p2p_disable;
     common::log_line(surprising ? LogLevel::Warn : LogLevel::Info, opts_.log_level,
-                     cat("rank ", rank_, " <-> ", p, ": ", to_string(peer->path), " (", peer->path_reason, ")"));
+                     common::format("rank {} <-> {}: {} ({})", rank_, p, to_string(peer->path), peer->path_reason));
     peers_[p] = std::move(peer);
   }
   // Only the job's ranks may fetch this process's exported descriptors (and only theirs are opened).
@@ -159,12 +160,13 @@ void Transport::create_owned_segments() {
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
     Peer& P = *peers_[p];
-    P.in_seg = common::Segment::create(cat(pre, "pair_", p, "_", rank_), PairView::bytes(), boot_->nonce(),
+    P.in_seg = common::Segment::create(common::format("{}pair_{}_{}", pre, p, rank_), PairView::bytes(), boot_->nonce(),
                                        [](void* m) { PairView::init(m); });
     P.in_seg.set_unlink_on_destroy(true);
     P.env.in = PairView::attach(P.in_seg.payload());
     if (rank_ < p) {
-      P.chan_seg = common::Segment::create(cat(pre, "ch_", rank_, "_", p), sizeof(ChannelLayout), boot_->nonce());
+      P.chan_seg =
+          common::Segment::create(common::format("{}ch_{}_{}", pre, rank_, p), sizeof(ChannelLayout), boot_->nonce());
       P.chan_seg.set_unlink_on_destroy(true);
     }
     if (P.path == Path::Relay) create_relay_out(P);
@@ -173,7 +175,7 @@ void Transport::create_owned_segments() {
 
 void Transport::create_relay_out(Peer& P) {
   uint64_t slots = static_cast<uint64_t>(opts_.relay_slots), chunk = opts_.relay_chunk_bytes;
-  P.relay_out_seg = common::Segment::create(cat(boot_->job_prefix(), "relay_", rank_, "_", P.rank),
+  P.relay_out_seg = common::Segment::create(common::format("{}relay_{}_{}", boot_->job_prefix(), rank_, P.rank),
                                             RelayView::bytes(slots, chunk), boot_->nonce(), [&](void* m) {
                                               auto* h = static_cast<RelayHeader*>(m);
                                               h->slots = slots;
@@ -191,7 +193,7 @@ void Transport::create_relay_out(Peer& P) {
 void Transport::map_peer_segments() {
   const std::string& pre = boot_->job_prefix();
   if (rank_ != 0) {
-    std::string cn = cat(pre, "ctl");
+    std::string cn = common::format("{}ctl", pre);
     ctl_seg_ = common::Segment::open(cn);
     if (!ctl_seg_.valid() || ctl_seg_.payload_bytes() != sizeof(ControlLayout)) missing_segment(cn, 0, "control");
     ctl_ = static_cast<ControlLayout*>(ctl_seg_.payload());
@@ -201,7 +203,7 @@ void Transport::map_peer_segments() {
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
     Peer& P = *peers_[p];
-    std::string name = cat(pre, "pair_", rank_, "_", p);
+    std::string name = common::format("{}pair_{}_{}", pre, rank_, p);
     P.out_seg = common::Segment::open(name);
     if (!P.out_seg.valid() || P.out_seg.payload_bytes() != PairView::bytes()) missing_segment(name, p, "pair");
     P.out_seg.unlink();
@@ -213,7 +215,7 @@ void Transport::map_peer_segments() {
 }
 
 void Transport::map_relay_in(Peer& P) {
-  std::string rn = cat(boot_->job_prefix(), "relay_", P.rank, "_", rank_);
+  std::string rn = common::format("{}relay_{}_{}", boot_->job_prefix(), P.rank, rank_);
   P.relay_in_seg = common::Segment::open(rn);
   if (!P.relay_in_seg.valid()) missing_segment(rn, P.rank, "relay");
   P.relay_in_seg.unlink();
@@ -226,9 +228,10 @@ void Transport::map_relay_in(Peer& P) {
 
 void Transport::missing_segment(const std::string& name, int owner, const char* what) {
   if (!boot_->peer_alive(owner))
-    throw PeerLostError(cat("rank ", owner, boot_->peer_left(owner) ? " gave up" : " died", " during setup (its ", what,
-                            " segment ", name, " is gone)"));
-  throw Error(cat("rank ", rank_, ": ", what, " segment ", name, " of rank ", owner, " is missing or has the wrong size"));
+    throw PeerLostError(common::format("rank {}{} during setup (its {} segment {} is gone)", owner,
+                                       boot_->peer_left(owner) ? " gave up" : " died", what, name));
+  throw Error(
+      common::format("rank {}: {} segment {} of rank {} is missing or has the wrong size", rank_, what, name, owner));
 }
 
 // The done_seq channel handshake. The higher rank opens the lower rank's channel and sets
@@ -241,7 +244,7 @@ void Transport::decide_completion(const std::vector<Completion>& prefs) {
     Peer& P = *peers_[p];
     bool wants_ring = prefs[rank_] == Completion::Ring || prefs[p] == Completion::Ring;
     if (wants_ring || test_hooks(opts_).channel_never_ready) continue;
-    P.chan_seg = common::Segment::open(cat(pre, "ch_", p, "_", rank_));
+    P.chan_seg = common::Segment::open(common::format("{}ch_{}_{}", pre, p, rank_));
     if (P.chan_seg.valid() && P.chan_seg.payload_bytes() == sizeof(ChannelLayout)) {
       static_cast<ChannelLayout*>(P.chan_seg.payload())->opener_ready.value.store(1, std::memory_order_release);
       P.chan_seg.unlink();
@@ -262,8 +265,9 @@ void Transport::decide_completion(const std::vector<Completion>& prefs) {
       for (int iter = 0; ch->opener_ready.value.load(std::memory_order_acquire) == 0 && Clock::now() < deadline; ++iter) {
         interrupt.poll();
         if (iter % 128 == 127 && !boot_->peer_alive(p))  // every ~25 ms: a dead peer ends the wait now
-          throw PeerLostError(cat("rank ", p, boot_->peer_left(p) ? " gave up" : " died",
-                                  " during setup (while rank ", rank_, " waited for it to open the done_seq channel)"));
+          throw PeerLostError(
+              common::format("rank {}{} during setup (while rank {} waited for it to open the done_seq channel)", p,
+                             boot_->peer_left(p) ? " gave up" : " died", rank_));
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
       bool ready = ch->opener_ready.value.load(std::memory_order_acquire) != 0;
@@ -271,9 +275,9 @@ void Transport::decide_completion(const std::vector<Completion>& prefs) {
       decision = ready ? kDecisionDoneSeq : forced ? kDecisionFailed : kDecisionRing;
       if (!ready)
         common::log_line(LogLevel::Warn, opts_.log_level,
-                         cat("rank ", rank_, " <-> ", p, ": done_seq channel not ready after ",
-                             opts_.channel_ready_timeout.count(), " ms; ",
-                             forced ? "done_seq was forced" : "both sides use the SHM ring with ACK"));
+                         common::format("rank {} <-> {}: done_seq channel not ready after {} ms; {}", rank_, p,
+                                        opts_.channel_ready_timeout.count(),
+                                        forced ? "done_seq was forced" : "both sides use the SHM ring with ACK"));
     }
     P.chan_seg.unlink();  // decided: the opener has mapped it, or never will
     row[p] = decision;
@@ -285,11 +289,13 @@ void Transport::decide_completion(const std::vector<Completion>& prefs) {
     int lo = std::min(p, rank_), hi = std::max(p, rank_);
     uint8_t d = all[size_t(lo) * kMaxPeers + hi];
     if (d != kDecisionDoneSeq && d != kDecisionRing && d != kDecisionFailed)
-      throw Error(cat("rank ", rank_, ": rank ", lo, " published no valid completion decision for pair (", lo, ", ", hi,
-                      "): ", int(d)));
+      throw Error(common::format("rank {}: rank {} published no valid completion decision for pair ({}, {}): {}", rank_,
+                                 lo, lo, hi, int(d)));
     if (d == kDecisionFailed)
-      throw Error(cat("pair (", lo, ", ", hi, "): PEERLINK_COMPLETION=done_seq was requested but the done_seq channel ",
-                      "could not be set up (or the other side forces ring)"));
+      throw Error(
+          common::format("pair ({}, {}): PEERLINK_COMPLETION=done_seq was requested but the done_seq channel could not "
+                         "be set up (or the other side forces ring)",
+                         lo, hi));
     Peer& P = *peers_[p];
     P.completion = d == kDecisionDoneSeq ? Completion::DoneSeq : Completion::Ring;
     if (P.completion == Completion::DoneSeq && !backend_->is_host() && P.path == Path::Direct) {
@@ -340,9 +346,10 @@ void Transport::check_peer(int peer) {
   if (!boot_->peer_alive(peer)) {
     const auto& s = boot_->slot(peer);
     // A dead peer cannot unlink its host allocations: the survivors do (owner-checked).
-    if (!boot_->peer_left(peer)) common::remove_stale_segments(cat(boot_->job_prefix(), "r", peer, "_"));
-    mark_lost(P, std::make_exception_ptr(PeerLostError(
-                     cat("rank ", peer, " (pid ", s.pid, ") ", boot_->peer_left(peer) ? "closed its communicator" : "died"))));
+    if (!boot_->peer_left(peer)) common::remove_stale_segments(common::format("{}r{}_", boot_->job_prefix(), peer));
+    mark_lost(P,
+              std::make_exception_ptr(PeerLostError(common::format(
+                  "rank {} (pid {}) {}", peer, s.pid, boot_->peer_left(peer) ? "closed its communicator" : "died"))));
     std::rethrow_exception(P.lost_error);
   }
 }

@@ -2,6 +2,7 @@
 // peer's published buffer at an exact version (sender; waiting for it, or not: the NCCL form's
 // zero-copy binds), and the length this rank published under a buffer id (receiver). Kept in their
 // own file so the stream engine touches no transport internals.
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 #include "transport/comm_impl.h"
@@ -10,22 +11,23 @@
 
 namespace peerlink::detail {
 
-using common::cat;
-
 Binding Transport::bind_published(int peer, uint32_t buf_id, uint64_t version, size_t offset, size_t len,
                                   const char* what) {
   rethrow_worker_error();
   check_peer(peer);
-  if (version == 0) throw InvalidArgument(cat(what, " to rank ", peer, ": version must be > 0 (buffer ", buf_id, ")"));
+  if (version == 0)
+    throw InvalidArgument(common::format("{} to rank {}: version must be > 0 (buffer {})", what, peer, buf_id));
   if (offset > SIZE_MAX - len)
-    throw InvalidArgument(cat(what, " to rank ", peer, ": offset ", offset, " + len ", len, " overflows"));
+    throw InvalidArgument(common::format("{} to rank {}: offset {} + len {} overflows", what, peer, offset, len));
   Publication pub = wait_publication(peer, buf_id, version, what);
   if (pub.version > version)
-    throw InvalidArgument(cat(what, " to rank ", peer, ": stale version ", version, " for buffer ", buf_id,
-                              "; the receiver published version ", pub.version));
+    throw InvalidArgument(
+        common::format("{} to rank {}: stale version {} for buffer {}; the receiver published version {}", what, peer,
+                       version, buf_id, pub.version));
   if (offset + len > pub.len)
-    throw InvalidArgument(cat(what, " to rank ", peer, ": [offset ", offset, ", +len ", len, ") exceeds buffer ", buf_id,
-                              " of ", pub.len, " bytes (version ", version, ")"));
+    throw InvalidArgument(
+        common::format("{} to rank {}: [offset {}, +len {}) exceeds buffer {} of {} bytes (version {})", what, peer,
+                       offset, len, buf_id, pub.len, version));
   return ipc_->bind(peer, pub);
 }
 
@@ -35,10 +37,10 @@ std::optional<Binding> Transport::try_bind_published(int peer, uint32_t buf_id, 
   std::optional<Publication> pub = registry_read(peers_[peer]->env.out.reg, buf_id);
   if (!pub) return std::nullopt;
   if (pub->revoked)
-    throw InvalidArgument(cat(what, " to rank ", peer, ": buffer ", buf_id, " was freed by rank ", peer));
+    throw InvalidArgument(common::format("{} to rank {}: buffer {} was freed by rank {}", what, peer, buf_id, peer));
   if (pub->version != version)
-    throw InvalidArgument(cat(what, " to rank ", peer, ": buffer ", buf_id, " is at version ", pub->version,
-                              ", expected ", version));
+    throw InvalidArgument(common::format("{} to rank {}: buffer {} is at version {}, expected {}", what, peer, buf_id,
+                                         pub->version, version));
   return ipc_->bind(peer, *pub);
 }
 

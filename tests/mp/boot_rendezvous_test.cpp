@@ -3,16 +3,17 @@
 // correct job, never a split), a timed-out barrier marked out of step, a dead rank detected by the
 // barrier within ~100 ms and its allocations removed; a rendezvous that failed for good (a late
 // rank fails at once, a rerun starts fresh).
-#include <gtest/gtest.h>
-
-#include <atomic>
-#include <chrono>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+
 #include "bootstrap/bootstrap.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "gpu/backend.h"
 #include "peerlink/peerlink.h"
@@ -226,7 +227,7 @@ TEST(BootBarrier, DeadRankDetectedPromptlyAndItsAllocationsRemoved) {
   std::string fails = run_ranks(2, [&](int rank) {
     bootstrap::Bootstrap boot(uid, rank, 2, milliseconds(10000));
     boot.unlink_name();
-    auto be = gpu::make_backend(-1, common::cat(boot.job_prefix(), "r", rank, "_"));
+    auto be = gpu::make_backend(-1, common::format("{}r{}_", boot.job_prefix(), rank));
     void* p = be->alloc(1 << 16);
     std::memset(p, 7, 1 << 16);
     boot.barrier(milliseconds(10000));
@@ -241,8 +242,8 @@ TEST(BootBarrier, DeadRankDetectedPromptlyAndItsAllocationsRemoved) {
     int64_t latency_ms = (now_ns() - b->t_ns.load()) / 1000000;
     std::fprintf(stderr, "[rank 0] barrier noticed rank 1's death after %lld ms\n", static_cast<long long>(latency_ms));
     MP_CHECK_MSG(latency_ms < 400, latency_ms << " ms");
-    MP_CHECK(common::list_segments(common::cat(boot.job_prefix(), "r1_")).empty());
-    MP_CHECK(!common::list_segments(common::cat(boot.job_prefix(), "r0_")).empty());  // ours stay
+    MP_CHECK(common::list_segments(boot.job_prefix() + "r1_").empty());
+    MP_CHECK(!common::list_segments(boot.job_prefix() + "r0_").empty());  // ours stay
     be->free(p);
   }, seconds(30), {1});
   EXPECT_EQ(fails, "");
