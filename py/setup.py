@@ -179,7 +179,9 @@ class BuildExt(build_ext):
                               ("_GLIBCXX_USE_CXX11_ABI", str(TORCH["cxx11_abi"])),
                               ("TORCH_EXTENSION_NAME", "_peerlink_torch")]
         # -g0: Python's CFLAGS ask for -g, which doubles the compile time of torch's headers.
-        ext.extra_compile_args += ["-std=c++17", "-O2", "-g0", "-fvisibility=hidden", "-Wall", "-Wno-unused-parameter"]
+        # C++20: torch's headers need it from torch 2.12 on (std::strong_ordering, std::bit_width),
+        # and torch builds its own extensions with it.
+        ext.extra_compile_args += ["-std=c++20", "-O2", "-g0", "-fvisibility=hidden", "-Wall", "-Wno-unused-parameter"]
         ext.library_dirs += main.library_dirs + [TORCH["libdir"]]
         # torch's libraries are loaded by `import torch` before this module (peerlink.torch does it).
         ext.libraries += ["peerlink", "c10", "torch", "torch_cpu", "torch_python"]
