@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <random>
+
+#include "common/format.h"
 
 namespace peerlink::bootstrap {
 namespace {

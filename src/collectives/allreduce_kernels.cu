@@ -8,6 +8,7 @@
 #include "collectives/device_reduce.h"
 #include "collectives/device_sync.h"
 #include "collectives/reduce_ops.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 
@@ -196,7 +197,8 @@ void launch_op(const LaunchArgs& a, DevStream st) {
     case kOpMin: launch_typed<T, kOpMin>(a, st); break;
     case kOpProd: launch_typed<T, kOpProd>(a, st); break;
     case kOpAvg: launch_typed<T, kOpAvg>(a, st); break;
-    default: throw InvalidArgument(common::cat("allreduce: unknown reduce op code ", a.op));
+    default:
+      throw InvalidArgument(common::format("allreduce: unknown reduce op code {}", a.op));
   }
 }
 
@@ -204,8 +206,8 @@ void launch_op(const LaunchArgs& a, DevStream st) {
 
 void launch_allreduce(const LaunchArgs& a, void* stream) {
   if (a.blocks < 1 || a.blocks > kMaxBlocks || a.threads < kWarpSize || a.threads > 1024)
-    throw InvalidArgument(common::cat("allreduce launch: blocks ", a.blocks, " (1..", kMaxBlocks,
-                                      "), threads ", a.threads, " (", kWarpSize, "..1024)"));
+    throw InvalidArgument(common::format("allreduce launch: blocks {} (1..{}), threads {} ({}..1024)", a.blocks,
+                                         kMaxBlocks, a.threads, kWarpSize));
   if (a.split.steps == 0) return;
   DevStream st = static_cast<DevStream>(stream);
   if (a.ll128) {
@@ -214,7 +216,7 @@ void launch_allreduce(const LaunchArgs& a, void* stream) {
     launch_oneshot(a, st);
   } else {
     bool known = with_type(a.dtype, [&](auto t) { launch_op<decltype(t)>(a, st); });
-    if (!known) throw InvalidArgument(common::cat("allreduce: unknown dtype code ", a.dtype));
+    if (!known) throw InvalidArgument(common::format("allreduce: unknown dtype code {}", a.dtype));
   }
   gpu::dev::check_launch("allreduce kernel launch");  // GpuError: error string, code and device
 }

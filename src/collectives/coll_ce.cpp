@@ -21,6 +21,7 @@
 
 #include "collectives/coll_launch.h"
 #include "collectives/coll_state.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "gpu/runtime.h"
 #include "peerlink/errors.h"
@@ -123,7 +124,8 @@ void ce_collective(CollState& st, const CollDesc& d, int dtype, int op, const vo
   const size_t want = o.coll_ce_chunk_bytes ? std::min(o.coll_ce_chunk_bytes, cap) : cap;
   const size_t C = chunk_elems(want, e);
   if (C == 0)
-    throw InvalidArgument(common::cat("collective copy-engine path: a chunk of ", want, " bytes holds no 16-byte unit"));
+    throw InvalidArgument(
+        common::format("collective copy-engine path: a chunk of {} bytes holds no 16-byte unit", want));
   const size_t steps = (local_max_piece(d) + C - 1) / C;  // the same on every rank for these kinds
   const CeCall c{st, d, dtype, op, e, C, st.rank(), st.world(), std::max(1, st.ce_lanes()),
                  static_cast<const char*>(src), static_cast<char*>(dst), stream, st.ce_stream(0)};

@@ -9,6 +9,7 @@
 #include "collectives/device_reduce.h"
 #include "collectives/device_sync.h"
 #include "collectives/reduce_ops.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 
@@ -297,7 +298,7 @@ void launch_typed(const CollLaunchArgs& c, DevStream st) {
         case kAllToAllV: return launch_ll<T, Op, kAllToAllV>(c, st);  // LL only when forced (Options)
       }
     }
-    throw InvalidArgument(common::cat("collective: no LL kernel for kind ", c.d.kind, " with op ", Op));
+    throw InvalidArgument(common::format("collective: no LL kernel for kind {} with op {}", c.d.kind, Op));
   } else if (c.two_hop) {
     gpu::dev::launch(coll_two_hop_kernel<T, Op>, unsigned(a.blocks), unsigned(a.threads), st, a.pdl, c);
   } else {
@@ -315,7 +316,7 @@ void launch_op(const CollLaunchArgs& c, DevStream st) {
     case kOpProd: return launch_typed<T, kOpProd>(c, st);
     case kOpAvg: return launch_typed<T, kOpAvg>(c, st);
   }
-  throw InvalidArgument(common::cat("collective: unknown reduce op code ", c.a.op));
+  throw InvalidArgument(common::format("collective: unknown reduce op code {}", c.a.op));
 }
 
 }  // namespace
@@ -323,25 +324,25 @@ void launch_op(const CollLaunchArgs& c, DevStream st) {
 void launch_collective(const CollLaunchArgs& c, void* stream) {
   const LaunchArgs& a = c.a;
   if (a.blocks < 1 || a.blocks > kMaxBlocks || a.threads < kWarpSize || a.threads > 1024)
-    throw InvalidArgument(common::cat("collective launch: blocks ", a.blocks, " (1..", kMaxBlocks, "), threads ",
-                                      a.threads, " (", kWarpSize, "..1024)"));
+    throw InvalidArgument(common::format("collective launch: blocks {} (1..{}), threads {} ({}..1024)", a.blocks,
+                                         kMaxBlocks, a.threads, kWarpSize));
   if (c.ll128) {
     launch_coll_ll128(c, stream);
     gpu::dev::check_launch("collective kernel launch");
     return;
   }
   if (!c.ll && (c.chunk == 0 || c.per_block == 0))
-    throw InvalidArgument(common::cat("collective launch: chunk ", c.chunk, ", per block ", c.per_block));
+    throw InvalidArgument(common::format("collective launch: chunk {}, per block {}", c.chunk, c.per_block));
   DevStream st = static_cast<DevStream>(stream);
   bool known = with_type(a.dtype, [&](auto t) { launch_op<decltype(t)>(c, st); });
-  if (!known) throw InvalidArgument(common::cat("collective: unknown dtype code ", a.dtype));
+  if (!known) throw InvalidArgument(common::format("collective: unknown dtype code {}", a.dtype));
   gpu::dev::check_launch("collective kernel launch");
 }
 
 void launch_ce_reduce(const CeReduceArgs& r, void* stream) {
   if (r.nin < 1 || r.nin > kMaxRanks || r.blocks < 1 || r.blocks > kMaxBlocks || r.per_block == 0)
-    throw InvalidArgument(common::cat("collective copy-engine reduce: ", r.nin, " inputs, ", r.blocks, " blocks, ",
-                                      r.per_block, " elements per block"));
+    throw InvalidArgument(common::format("collective copy-engine reduce: {} inputs, {} blocks, {} elements per block",
+                                         r.nin, r.blocks, r.per_block));
   DevStream st = static_cast<DevStream>(stream);
   bool known_op = true;
   bool known = with_type(r.dtype, [&](auto t) {
@@ -350,8 +351,8 @@ void launch_ce_reduce(const CeReduceArgs& r, void* stream) {
     });
   });
   if (!known || !known_op)
-    throw InvalidArgument(common::cat("collective copy-engine reduce: unknown dtype code ", r.dtype, " or op code ",
-                                      r.op));
+    throw InvalidArgument(
+        common::format("collective copy-engine reduce: unknown dtype code {} or op code {}", r.dtype, r.op));
   gpu::dev::check_launch("collective copy-engine reduce launch");
 }
 
@@ -366,7 +367,7 @@ void preload_ce_kernels() {
 
 void launch_ce_step(const LaunchArgs& a, bool entry, void* stream) {
   if (a.world < 2 || a.world > kMaxRanks)
-    throw InvalidArgument(common::cat("collective copy-engine step: world ", a.world, " (2..", kMaxRanks, ")"));
+    throw InvalidArgument(common::format("collective copy-engine step: world {} (2..{})", a.world, kMaxRanks));
   // No PDL: the kernel follows copies and event waits, where it gains nothing.
   gpu::dev::launch(coll_ce_step_kernel, 1u, unsigned(kWarpSize), static_cast<DevStream>(stream), false, a,
                    entry ? 1 : 0);

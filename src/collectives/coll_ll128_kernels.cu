@@ -11,6 +11,7 @@
 #include "collectives/coll_launch.h"
 #include "collectives/ll128_device.h"
 #include "collectives/reduce_ops.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 
@@ -122,7 +123,7 @@ void launch_typed(const CollLaunchArgs& c, DevStream st) {
       case kAllToAll: return go(coll_ll128_kernel<T, Op, kAllToAll>);
     }
   }
-  throw InvalidArgument(common::cat("collective: no LL128 kernel for kind ", c.d.kind, " with op ", Op));
+  throw InvalidArgument(common::format("collective: no LL128 kernel for kind {} with op {}", c.d.kind, Op));
 }
 
 }  // namespace
@@ -130,8 +131,8 @@ void launch_typed(const CollLaunchArgs& c, DevStream st) {
 void launch_coll_ll128(const CollLaunchArgs& c, void* stream) {
   DevStream st = static_cast<DevStream>(stream);
   if (c.a.threads % kWarpSize != 0)
-    throw InvalidArgument(common::cat("collective LL128 launch: ", c.a.threads, " threads per block is not a multiple of ",
-                                      kWarpSize));
+    throw InvalidArgument(common::format("collective LL128 launch: {} threads per block is not a multiple of {}",
+                                         c.a.threads, kWarpSize));
   bool known_op = true;
   bool known = with_type(c.a.dtype, [&](auto t) {
     using T = decltype(t);
@@ -139,7 +140,7 @@ void launch_coll_ll128(const CollLaunchArgs& c, void* stream) {
     known_op = with_op(c.a.op, [&](auto op) { launch_typed<T, decltype(op)::value>(c, st); });
   });
   if (!known || !known_op)
-    throw InvalidArgument(common::cat("collective: unknown dtype code ", c.a.dtype, " or op code ", c.a.op));
+    throw InvalidArgument(common::format("collective: unknown dtype code {} or op code {}", c.a.dtype, c.a.op));
 }
 
 }  // namespace peerlink::coll

@@ -8,6 +8,7 @@
 // block b of the peers, at the same region offsets in every step, which is what lets two slots
 // serve any number of steps (layout.h).
 #include "collectives/fused_device.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 
@@ -190,7 +191,8 @@ void launch_typed(const FusedArgs& f, DevStream st) {
     case kFusedLocal: launch_fused_kernel(fused_local_kernel<T, Quant>, f, st); break;
     case kFusedOneShot: launch_fused_kernel(fused_flag_kernel<T, Quant, false>, f, st); break;
     case kFusedTwoShot: launch_fused_kernel(fused_flag_kernel<T, Quant, true>, f, st); break;
-    default: throw InvalidArgument(common::cat("allreduce_add_rmsnorm: unknown path code ", f.path));
+    default:
+      throw InvalidArgument(common::format("allreduce_add_rmsnorm: unknown path code {}", f.path));
   }
 }
 
@@ -203,9 +205,9 @@ void launch_fused(const FusedArgs& f, void* stream) {
   const int max_blocks = f.path == kFusedLocal ? (1 << 30) : kMaxBlocks;
   if (f.a.blocks < 1 || f.a.blocks > max_blocks || f.a.threads < kWarpSize || f.a.threads > kFusedThreadsMax ||
       f.a.threads % kWarpSize != 0 || f.slots < 1 || f.slots > kFusedSlots)
-    throw InvalidArgument(common::cat("allreduce_add_rmsnorm launch: blocks ", f.a.blocks, " (1..", max_blocks,
-                                      "), threads ", f.a.threads, " (a multiple of ", kWarpSize, " up to ",
-                                      kFusedThreadsMax, "), slots ", f.slots, " (1..", kFusedSlots, ")"));
+    throw InvalidArgument(common::format(
+        "allreduce_add_rmsnorm launch: blocks {} (1..{}), threads {} (a multiple of {} up to {}), slots {} (1..{})",
+        f.a.blocks, max_blocks, f.a.threads, kWarpSize, kFusedThreadsMax, f.slots, kFusedSlots));
   if (f.tokens == 0) return;
   DevStream st = static_cast<DevStream>(stream);
   if (f.path == kFusedLL) {
@@ -218,7 +220,7 @@ void launch_fused(const FusedArgs& f, void* stream) {
       if (f.quant_out) fused::launch_typed<T, true>(f, st);
       else fused::launch_typed<T, false>(f, st);
     });
-    if (!known) throw InvalidArgument(common::cat("allreduce_add_rmsnorm: unknown dtype code ", f.a.dtype));
+    if (!known) throw InvalidArgument(common::format("allreduce_add_rmsnorm: unknown dtype code {}", f.a.dtype));
   }
   gpu::dev::check_launch("allreduce_add_rmsnorm kernel launch");
 }

@@ -10,6 +10,7 @@
 // residual (and the FP8 scale) are loaded together with the counter, before any wait.
 #include "collectives/fused_device.h"
 #include "collectives/ll128_device.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 
@@ -192,19 +193,19 @@ void launch_fused_ll(const FusedArgs& f, DevStream st) {
     if (f.quant_out) launch_fused_kernel(fused_ll_kernel<T, true>, f, st);
     else launch_fused_kernel(fused_ll_kernel<T, false>, f, st);
   });
-  if (!known) throw InvalidArgument(common::cat("allreduce_add_rmsnorm: unknown dtype code ", f.a.dtype));
+  if (!known) throw InvalidArgument(common::format("allreduce_add_rmsnorm: unknown dtype code {}", f.a.dtype));
 }
 
 void launch_fused_ll128(const FusedArgs& f, DevStream st) {
   if (f.a.threads % kWarpSize != 0)
-    throw InvalidArgument(common::cat("allreduce_add_rmsnorm LL128 launch: ", f.a.threads,
-                                      " threads per block is not a multiple of ", kWarpSize));
+    throw InvalidArgument(common::format(
+        "allreduce_add_rmsnorm LL128 launch: {} threads per block is not a multiple of {}", f.a.threads, kWarpSize));
   bool known = with_fused_type(f.a.dtype, [&](auto t) {
     using T = decltype(t);
     if (f.quant_out) launch_fused_kernel(fused_ll128_kernel<T, true>, f, st);
     else launch_fused_kernel(fused_ll128_kernel<T, false>, f, st);
   });
-  if (!known) throw InvalidArgument(common::cat("allreduce_add_rmsnorm: unknown dtype code ", f.a.dtype));
+  if (!known) throw InvalidArgument(common::format("allreduce_add_rmsnorm: unknown dtype code {}", f.a.dtype));
 }
 
 }  // namespace peerlink::coll::fused

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "collectives/coll_state.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "gpu/runtime.h"
 #include "gpu/vmm.h"  // RelaxedCaptureMode
@@ -86,8 +87,9 @@ const Window* graph_window(CollState& st, const void* buf, size_t bytes, void* s
       auto same_base = [&](const std::unique_ptr<GraphWindow>& g) { return g->eager && g->w.base == buf; };
       if (std::any_of(wins.begin(), wins.end(), same_base)) {
         if (!st.wait_last_launch())  // our last launch may still write through its mappings
-          throw TimeoutError(common::cat("graph registration (rank ", st.rank(), "): the last collective did not "
-                                         "finish within ", svc.options().timeout.count(), " ms"));
+          throw TimeoutError(
+              common::format("graph registration (rank {}): the last collective did not finish within {} ms", st.rank(),
+                             svc.options().timeout.count()));
         wins.erase(std::remove_if(wins.begin(), wins.end(), same_base), wins.end());
       }
     }

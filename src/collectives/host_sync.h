@@ -9,6 +9,7 @@
 
 #include "collectives/coll_state.h"
 #include "collectives/reduce_ops.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 #include "transport/services.h"
@@ -53,8 +54,8 @@ void host_wait(CollState& st, int p, const char* what, Ready&& ready, Detail&& d
       next_alive = now + std::chrono::milliseconds(20);
     }
     if (now - start > opts.timeout)
-      throw TimeoutError(common::cat(what, ": rank ", st.rank(), " waited ", opts.timeout.count(), " ms for rank ", p,
-                                     " (", detail(), ")"));
+      throw TimeoutError(common::format("{}: rank {} waited {} ms for rank {} ({})", what, st.rank(),
+                                        opts.timeout.count(), p, detail()));
   }
 }
 
@@ -71,7 +72,9 @@ inline void host_wait_all(CollState& st, int phase, uint64_t seq, const char* wh
     const uint64_t* f = &st.flags(st.rank())->inbox[phase][0][p];
     host_wait(
         st, p, what, [&] { return __atomic_load_n(f, __ATOMIC_ACQUIRE) >= seq; },
-        [&] { return common::cat("phase ", phase, ", step seq ", seq, ", peer at ", __atomic_load_n(f, __ATOMIC_ACQUIRE)); });
+        [&] {
+          return common::format("phase {}, step seq {}, peer at {}", phase, seq, __atomic_load_n(f, __ATOMIC_ACQUIRE));
+        });
   }
 }
 

@@ -8,6 +8,7 @@
 #include "collectives/device_launch.h"
 #include "collectives/ll128_device.h"
 #include "collectives/reduce_ops.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 
@@ -95,7 +96,8 @@ void launch_op(const LaunchArgs& a, DevStream st) {
     case kOpMin: launch_kernel(oneshot_ll128_kernel<T, kOpMin>, a, st); break;
     case kOpProd: launch_kernel(oneshot_ll128_kernel<T, kOpProd>, a, st); break;
     case kOpAvg: launch_kernel(oneshot_ll128_kernel<T, kOpAvg>, a, st); break;
-    default: throw InvalidArgument(common::cat("allreduce: unknown reduce op code ", a.op));
+    default:
+      throw InvalidArgument(common::format("allreduce: unknown reduce op code {}", a.op));
   }
 }
 
@@ -103,10 +105,10 @@ void launch_op(const LaunchArgs& a, DevStream st) {
 
 void launch_ll128(const LaunchArgs& a, DevStream st) {
   if (a.threads % kWarpSize != 0)
-    throw InvalidArgument(common::cat("allreduce LL128 launch: ", a.threads, " threads per block is not a multiple of ",
-                                      kWarpSize));
+    throw InvalidArgument(
+        common::format("allreduce LL128 launch: {} threads per block is not a multiple of {}", a.threads, kWarpSize));
   bool known = with_type(a.dtype, [&](auto t) { launch_op<decltype(t)>(a, st); });
-  if (!known) throw InvalidArgument(common::cat("allreduce: unknown dtype code ", a.dtype));
+  if (!known) throw InvalidArgument(common::format("allreduce: unknown dtype code {}", a.dtype));
 }
 
 }  // namespace peerlink::coll

@@ -10,6 +10,7 @@
 #include "collectives/device_launch.h"
 #include "collectives/device_sync.h"
 #include "collectives/reduce_ops.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 
@@ -134,7 +135,8 @@ void launch_op(const LaunchArgs& a, DevStream st) {
     case kOpMin: launch_kernel(oneshot_kernel<T, kOpMin, NMax>, a, st); break;
     case kOpProd: launch_kernel(oneshot_kernel<T, kOpProd, NMax>, a, st); break;
     case kOpAvg: launch_kernel(oneshot_kernel<T, kOpAvg, NMax>, a, st); break;
-    default: throw InvalidArgument(common::cat("allreduce: unknown reduce op code ", a.op));
+    default:
+      throw InvalidArgument(common::format("allreduce: unknown reduce op code {}", a.op));
   }
 }
 
@@ -150,7 +152,7 @@ void launch_oneshot(const LaunchArgs& a, DevStream st) {
     if (a.world <= 2) launch_op<decltype(t), 2>(a, st);
     else launch_op<decltype(t), kMaxRanks>(a, st);
   });
-  if (!known) throw InvalidArgument(common::cat("allreduce: unknown dtype code ", a.dtype));
+  if (!known) throw InvalidArgument(common::format("allreduce: unknown dtype code {}", a.dtype));
 }
 
 }  // namespace peerlink::coll

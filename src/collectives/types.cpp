@@ -4,6 +4,7 @@
 #include <string>
 
 #include "collectives/reduce_ops.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/collectives.h"
 #include "peerlink/errors.h"
@@ -35,7 +36,7 @@ size_t dtype_size(DataType t) {
     case DataType::I32: return 4;
     case DataType::I64: return 8;
   }
-  throw InvalidArgument(common::cat("dtype_size: unknown DataType ", static_cast<int>(t)));
+  throw InvalidArgument(common::format("dtype_size: unknown DataType {}", static_cast<int>(t)));
 }
 
 const char* to_string(DataType t) {
@@ -69,7 +70,7 @@ DataType parse_dtype(const std::string& s) {
   if (v == "f64" || v == "float64" || v == "double" || v == "fp64") return DataType::F64;
   if (v == "i32" || v == "int32" || v == "int") return DataType::I32;
   if (v == "i64" || v == "int64" || v == "long") return DataType::I64;
-  throw InvalidArgument(common::cat("unknown dtype '", s, "' (use f32, f16, bf16, f64, i32, i64)"));
+  throw InvalidArgument(common::format("unknown dtype '{}' (use f32, f16, bf16, f64, i32, i64)", s));
 }
 
 ReduceOp parse_reduce_op(const std::string& s) {
@@ -79,7 +80,7 @@ ReduceOp parse_reduce_op(const std::string& s) {
   if (v == "min") return ReduceOp::Min;
   if (v == "prod" || v == "product") return ReduceOp::Prod;
   if (v == "avg" || v == "mean") return ReduceOp::Avg;
-  throw InvalidArgument(common::cat("unknown reduce op '", s, "' (use sum, max, min, prod, avg)"));
+  throw InvalidArgument(common::format("unknown reduce op '{}' (use sum, max, min, prod, avg)", s));
 }
 
 }  // namespace peerlink

@@ -1,6 +1,7 @@
 // PeerMapping (window_table.h): a peer's range mapped here, released through the transport.
 #include "collectives/window_table.h"
 
+#include "common/format.h"
 #include "common/log.h"
 #include "transport/services.h"
 
@@ -29,8 +30,8 @@ void PeerMapping::reset() noexcept {
 std::string Window::outside(int peer, size_t at, size_t len, const char* verb) const {
   const size_t have = peer_bytes[peer];
   if (at <= have && len <= have - at) return {};
-  return common::cat("rank ", peer, "'s window ", id, " has ", have, " bytes; this call would ", verb, " [", at, ", +", len,
-                     ") of it");
+  return common::format("rank {}'s window {} has {} bytes; this call would {} [{}, +{}) of it", peer, id, have, verb,
+                        at, len);
 }
 
 }  // namespace peerlink::coll

@@ -100,7 +100,7 @@ Window register_range(CollState& st, void* ptr, size_t bytes, const char* who) {
   svc.allgather(&mapped, sizeof mapped, statuses.get());
   std::string failed;
   for (int p = 0; p < st.world(); ++p)
-    if (statuses[p] != 1u) failed += common::cat(failed.empty() ? "" : ", ", p);
+    if (statuses[p] != 1u) failed += common::format("{}{}", failed.empty() ? "" : ", ", p);
   w.zero_copy = every && failed.empty();
   if (every && !w.zero_copy) {
     for (int p = 0; p < st.world(); ++p) {
@@ -109,15 +109,17 @@ Window register_range(CollState& st, void* ptr, size_t bytes, const char* who) {
       w.peer_base[p] = nullptr;
       w.peer_bytes[p] = 0;
     }
-    common::log_line(LogLevel::Warn, svc.options().log_level,
-                     common::cat(who, " (rank ", st.rank(), "): window ", w.id, " has no zero-copy path: rank(s) ",
-                                 failed, " could not map every peer's range",
-                                 map_error.empty() ? std::string() : common::cat(" (here: ", map_error, ")")));
+    common::log_line(
+        LogLevel::Warn, svc.options().log_level,
+        common::format("{} (rank {}): window {} has no zero-copy path: rank(s) {} could not map every peer's range{}",
+                       who, st.rank(), w.id, failed,
+                       map_error.empty() ? std::string() : common::format(" (here: {})", map_error)));
   }
-  common::log_line(LogLevel::Info, svc.options().log_level,
-                   common::cat(who, " (rank ", st.rank(), "): window ", w.id, " [", ptr, ", +", bytes, ") ",
-                               w.zero_copy ? "zero-copy capable (every rank's range mapped)"
-                                           : "registered without zero-copy (a rank could not export or map a range)"));
+  common::log_line(
+      LogLevel::Info, svc.options().log_level,
+      common::format("{} (rank {}): window {} [{}, +{}) {}", who, st.rank(), w.id, ptr, bytes,
+                     w.zero_copy ? "zero-copy capable (every rank's range mapped)"
+                                 : "registered without zero-copy (a rank could not export or map a range)"));
   return w;
 }
 
@@ -125,7 +127,7 @@ Window register_range(CollState& st, void* ptr, size_t bytes, const char* who) {
 
 uint64_t register_window(Communicator& comm, void* ptr, size_t bytes) {
   if (!ptr || bytes == 0)
-    throw InvalidArgument(common::cat("register_window: ptr ", ptr, " and ", bytes, " bytes (need a non-null range)"));
+    throw InvalidArgument(common::format("register_window: ptr {} and {} bytes (need a non-null range)", ptr, bytes));
   auto call = detail::services(comm).begin("register_window");
   coll::CollState& st = coll::coll_state(comm);
   auto g = st.lock_calls();
@@ -133,8 +135,8 @@ uint64_t register_window(Communicator& comm, void* ptr, size_t bytes) {
   for (const coll::Window& w : st.windows().wins) {
     auto a = reinterpret_cast<uintptr_t>(ptr), b = reinterpret_cast<uintptr_t>(w.base);
     if (a < b + w.bytes && b < a + bytes)
-      throw InvalidArgument(common::cat("register_window: [", ptr, ", +", bytes, ") overlaps window ", w.id, " [",
-                                        static_cast<void*>(w.base), ", +", w.bytes, ")"));
+      throw InvalidArgument(common::format("register_window: [{}, +{}) overlaps window {} [{}, +{})", ptr, bytes, w.id,
+                                           static_cast<void*>(w.base), w.bytes));
   }
   coll::Window w = coll::register_range(st, ptr, bytes, "register_window");
   const uint64_t id = w.id;
@@ -145,7 +147,7 @@ uint64_t register_window(Communicator& comm, void* ptr, size_t bytes) {
 void deregister_window(Communicator& comm, uint64_t id) {
   auto call = detail::services(comm).begin("deregister_window");
   std::shared_ptr<coll::CollState> st = coll::coll_state_if_set(comm);
-  auto unknown = [&] { return InvalidArgument(common::cat("deregister_window: window ", id, " is not registered")); };
+  auto unknown = [&] { return InvalidArgument(common::format("deregister_window: window {} is not registered", id)); };
   if (!st) throw unknown();
   auto g = st->lock_calls();
   auto& wins = st->windows().wins;
@@ -154,8 +156,8 @@ void deregister_window(Communicator& comm, uint64_t id) {
     gpu::DeviceGuard dg(st->host() ? -1 : st->device());
     // The last collective may still write the peers' windows through the mappings about to close.
     if (!st->wait_last_launch())
-      throw TimeoutError(common::cat("deregister_window (rank ", st->rank(), "): the last collective did not finish "
-                                     "within ", st->svc().options().timeout.count(), " ms"));
+      throw TimeoutError(common::format("deregister_window (rank {}): the last collective did not finish within {} ms",
+                                        st->rank(), st->svc().options().timeout.count()));
     wins.erase(it);  // PeerMapping releases the peers' ranges
     return;
   }

@@ -5,6 +5,7 @@
 #include "collectives/device_reduce.h"
 #include "collectives/device_sync.h"
 #include "collectives/reduce_ops.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 
@@ -344,8 +345,9 @@ void preload_multi_kernel_paths() {
 
 void launch_zc_pull(const CeReduceArgs& r, void* stream) {
   if (r.nin < 1 || r.nin > kMaxRanks || r.nextra < 0 || r.nextra >= kMaxRanks || r.blocks < 1 || r.blocks > kMaxBlocks || r.per_block == 0)
-    throw InvalidArgument(common::cat("collective zero-copy pull: ", r.nin, " inputs, ", r.nextra, " extra outputs, ", r.blocks, " blocks, ",
-                                      r.per_block, " elements per block"));
+    throw InvalidArgument(
+        common::format("collective zero-copy pull: {} inputs, {} extra outputs, {} blocks, {} elements per block",
+                       r.nin, r.nextra, r.blocks, r.per_block));
   DevStream st = static_cast<DevStream>(stream);
   bool known_op = true;
   bool known = with_type(r.dtype, [&](auto t) {
@@ -354,13 +356,14 @@ void launch_zc_pull(const CeReduceArgs& r, void* stream) {
     });
   });
   if (!known || !known_op)
-    throw InvalidArgument(common::cat("collective zero-copy pull: unknown dtype code ", r.dtype, " or op code ", r.op));
+    throw InvalidArgument(
+        common::format("collective zero-copy pull: unknown dtype code {} or op code {}", r.dtype, r.op));
   gpu::dev::check_launch("collective zero-copy pull launch");
 }
 
 void launch_zc_step(const LaunchArgs& a, uint64_t call_tag, void* stream) {
   if (a.world < 2 || a.world > kMaxRanks)
-    throw InvalidArgument(common::cat("collective zero-copy step: world ", a.world, " (2..", kMaxRanks, ")"));
+    throw InvalidArgument(common::format("collective zero-copy step: world {} (2..{})", a.world, kMaxRanks));
   gpu::dev::launch(coll_zc_step_kernel, 1u, unsigned(kWarpSize), static_cast<DevStream>(stream), false, a, call_tag);
   gpu::dev::check_launch("collective zero-copy step launch");
 }
@@ -371,8 +374,9 @@ void launch_zc_relay(const LaunchArgs& a, const ZcRelayArgs& r, void* stream) {
             r.threads >= kWarpSize && r.threads <= 1024 && r.chunk >= 16 && r.chunk % 16 == 0;
   for (int i = 0; ok && i < r.n; ++i) ok = (r.bytes[i] + r.chunk - 1) / r.chunk <= kRelayMaxChunks;
   if (!ok)
-    throw InvalidArgument(common::cat("collective zero-copy relay: ", r.n, " copies, ", r.push_blocks, " + ",
-                                      r.own_blocks, " blocks of ", r.threads, " threads, chunk ", r.chunk));
+    throw InvalidArgument(
+        common::format("collective zero-copy relay: {} copies, {} + {} blocks of {} threads, chunk {}", r.n,
+                       r.push_blocks, r.own_blocks, r.threads, r.chunk));
   gpu::dev::launch(coll_zc_relay_kernel, unsigned(grid), unsigned(r.threads), static_cast<DevStream>(stream), false, a,
                    r);
   gpu::dev::check_launch("collective zero-copy relay launch");
@@ -382,8 +386,8 @@ void launch_zc_copy(const ZcCopyArgs& c, void* stream) {
   const int grid = c.push_blocks + (c.own_bytes ? c.own_blocks : 0);
   if (c.n < 0 || c.n > kMaxRanks || c.push_blocks < 1 || c.own_blocks < 1 || grid > 2 * kMaxBlocks ||
       c.threads < kWarpSize || c.threads > 1024)
-    throw InvalidArgument(common::cat("collective zero-copy copy: ", c.n, " copies, ", c.push_blocks, " + ",
-                                      c.own_blocks, " blocks of ", c.threads, " threads"));
+    throw InvalidArgument(common::format("collective zero-copy copy: {} copies, {} + {} blocks of {} threads", c.n,
+                                         c.push_blocks, c.own_blocks, c.threads));
   if (c.n == 0 && c.own_bytes == 0) return;
   gpu::dev::launch(coll_zc_copy_kernel, unsigned(grid), unsigned(c.threads), static_cast<DevStream>(stream), false, c);
   gpu::dev::check_launch("collective zero-copy copy launch");

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "common/format.h"
 #include "common/log.h"
 
 namespace peerlink::coll {
@@ -36,8 +37,9 @@ std::string relay_plan(const CollDesc& d, const Window& w, const char* src, char
     const std::string why = w.outside(p, at, len, "write");
     if (why.empty()) return w.peer_base[p] + at;
     if (bad.empty())
-      bad = common::cat("zero-copy broadcast (rank ", d.rank, "): ", why, " (recvbuf at offset ", dst_off, " of window ",
-                        w.id, " here); nothing was written");
+      bad = common::format(
+          "zero-copy broadcast (rank {}): {} (recvbuf at offset {} of window {} here); nothing was written", d.rank,
+          why, dst_off, w.id);
     return nullptr;
   };
   *r = ZcRelayArgs{};

@@ -7,6 +7,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <string>
+
+#include "common/format.h"
+
 namespace peerlink::common {
 
 uint64_t process_start_time(pid_t pid) {

@@ -4,6 +4,7 @@
 
 #include <thread>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 
@@ -28,7 +29,7 @@ ArmedLane::ArmedLane(int dev, std::chrono::microseconds window)
       stream_(StreamOwner::create(dev)),
       mem_(MappedHostAlloc::create(dev, kSlots * sizeof(ArmedSlot) + 64)) {
   if (window.count() <= 0)
-    throw InvalidArgument(common::cat("armed send lane: window ", window.count(), " us (must be > 0)"));
+    throw InvalidArgument(common::format("armed send lane: window {} us (must be > 0)", window.count()));
   DeviceGuard g(dev_);
   slots_ = static_cast<ArmedSlot*>(mem_.get());
   slots_dev_ = static_cast<ArmedSlot*>(host_device_pointer(mem_.get()));
@@ -53,8 +54,9 @@ ArmedSlot* ArmedLane::slot_for(uint64_t seq) {
     const auto deadline = Clock::now() + kDeadman;
     while (*consumed_ < seq - kSlots) {
       if (Clock::now() > deadline)
-        throw TimeoutError(common::cat("armed send lane of device ", dev_, ": send ", seq - kSlots,
-                                       " has not left its slot after 10 s (the device does not run the lane)"));
+        throw TimeoutError(common::format(
+            "armed send lane of device {}: send {} has not left its slot after 10 s (the device does not run the lane)",
+            dev_, seq - kSlots));
       std::this_thread::yield();
     }
   }
@@ -68,7 +70,7 @@ void ArmedLane::launch(uint64_t seq) {
 
 void ArmedLane::send(void* dst, const void* src, size_t bytes, void* flag_dev, uint64_t value) {
   if (bytes > kArmedMaxBytes)
-    throw InvalidArgument(common::cat("armed send of ", bytes, " bytes (at most ", kArmedMaxBytes, ")"));
+    throw InvalidArgument(common::format("armed send of {} bytes (at most {})", bytes, kArmedMaxBytes));
   if (!armed_ || Clock::now() - armed_at_ > kDeadman / 10) {
     // Nothing waits: a plain launch (its arguments in the launch, no slot to read: 10.1 us to the
     // flag against 12.4 for a kernel launched with its slot filled).

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "gpu/gpu_api.h"
 #include "gpu/gpu_error.h"
@@ -20,8 +21,9 @@ Fn resolve(const char* sym) {
   rt::check(cudaGetDriverEntryPointByVersion(sym, &fn, 12000, cudaEnableDefault, &q),
             "cudaGetDriverEntryPointByVersion");
   if (q != cudaDriverEntryPointSuccess || !fn)
-    throw GpuError(common::cat("CUDA driver entry point ", sym, " not available (query result ", static_cast<int>(q), ")"),
-                   static_cast<int>(q), "cudaGetDriverEntryPointByVersion");
+    throw GpuError(
+        common::format("CUDA driver entry point {} not available (query result {})", sym, static_cast<int>(q)),
+        static_cast<int>(q), "cudaGetDriverEntryPointByVersion");
   return reinterpret_cast<Fn>(fn);
 }
 
@@ -101,7 +103,7 @@ constexpr int kMaxDevices = 256;
 inline std::atomic<CUcontext> g_primary[kMaxDevices];
 inline CUcontext primary_context(int dev) {
   if (dev < 0 || dev >= kMaxDevices)
-    throw InvalidArgument(common::cat("device ", dev, " is outside [0, ", kMaxDevices, ")"));
+    throw InvalidArgument(common::format("device {} is outside [0, {})", dev, kMaxDevices));
   CUcontext c = g_primary[dev].load(std::memory_order_acquire);
   if (c) return c;
   static std::mutex mu;
@@ -110,7 +112,7 @@ inline CUcontext primary_context(int dev) {
   if (c) return c;
   int n = 0;
   rt::check(cudaGetDeviceCount(&n), "cudaGetDeviceCount");  // initializes the runtime and the driver
-  if (dev >= n) throw InvalidArgument(common::cat("device ", dev, " does not exist (cuda sees ", n, " device(s))"));
+  if (dev >= n) throw InvalidArgument(common::format("device {} does not exist (cuda sees {} device(s))", dev, n));
   CUdevice d = 0;
   check(api().device_get(&d, dev), "cuDeviceGet");
   check(api().primary_retain(&c, d), "cuDevicePrimaryCtxRetain");

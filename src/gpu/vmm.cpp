@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 
@@ -14,7 +15,7 @@
 namespace peerlink::gpu {
 namespace {
 [[noreturn]] void none(const char* what) {
-  throw UnsupportedError(common::cat(what, ": this peerlink build has no GPU runtime (host backend only)"));
+  throw UnsupportedError(common::format("{}: this peerlink build has no GPU runtime (host backend only)", what));
 }
 }  // namespace
 bool vmm_needs_fd_export(const void*) { return false; }
@@ -40,8 +41,6 @@ RelaxedCaptureMode::~RelaxedCaptureMode() {}
 
 namespace peerlink::gpu {
 namespace {
-
-using common::cat;
 
 #if defined(PEERLINK_HIP)
 using Handle = hipMemGenericAllocationHandle_t;

@@ -30,8 +30,7 @@ const RealNccl* need_real(const Options& o, const char* what) {
   return r;
 }
 
-ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank, ncclConfig_t* config,
-                       const char* what) {
+ncclResult_t check_init_args(ncclComm_t* out, int nranks, int rank, const ncclConfig_t* config, const char* what) {
   if (!out) {
     set_last_error(std::string(what) + ": comm is NULL");
     return ncclInvalidArgument;
@@ -47,60 +46,71 @@ ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int 
                    std::to_string(config->magic) + ")");
     return ncclInvalidArgument;
   }
-  auto c = std::make_unique<ncclComm>();
+  return ncclSuccess;
+}
+
+// Options (environment, then the config), rank, size and device of a new communicator.
+ncclResult_t describe_comm(ncclComm& c, int nranks, int rank, const ncclConfig_t* config, const char* what) {
   try {
-    c->opts = Options::from_env();
-    apply_config(c->opts, config);
+    c.opts = Options::from_env();
+    apply_config(c.opts, config);
   } catch (const std::exception& e) {
     set_last_error(std::string(what) + ": " + e.what());
     return result_of(e);
   }
-  c->log = Log::from(c->opts);
-  c->rank = rank;
-  c->nranks = nranks;
-  bool host = c->opts.nccl_host_backend || !device::compiled_with_gpu();
+  c.log = Log::from(c.opts);
+  c.rank = rank;
+  c.nranks = nranks;
+  bool host = c.opts.nccl_host_backend || !device::compiled_with_gpu();
   try {
-    c->device = host ? kHostDevice : device::current();
+    c.device = host ? kHostDevice : device::current();
   } catch (const std::exception& e) {
     set_last_error(std::string(what) + ": current device: " + e.what());
     return result_of(e);
   }
-  IdInfo info = parse_id(id);
-  ncclUniqueId real_id = id;
-  const bool meet = info.ours && info.has_rendezvous && !info.one_process;
+  return ncclSuccess;
+}
+
+// The route the id decides (api_comm.cpp's header); *real_id is the id the real NCCL is given.
+ncclResult_t route_by_id(ncclComm& c, const IdInfo& info, bool meet, ncclUniqueId* real_id, const RealNccl** real,
+                         const char* what) {
   if (!info.ours) {
-    c->route = Route::Real;
-  } else if (meet || info.one_process || info.host == host_id(c->opts)) {
-    c->route = Route::Peerlink;  // a meeting may still make it Route::Hier (init_by_meeting)
-    c->pl_id = "nccl" + info.nonce_hex;
+    c.route = Route::Real;
+  } else if (meet || info.one_process || info.host == host_id(c.opts)) {
+    c.route = Route::Peerlink;  // a meeting may still make it Route::Hier (init_by_meeting)
+    c.pl_id = "nccl" + info.nonce_hex;
   } else {
-    c->route = Route::Real;
+    c.route = Route::Real;
     if (!info.has_real) {
       set_last_error(std::string(what) + ": the unique id comes from another host and carries no real NCCL id "
                      "(its maker could not open the real NCCL): cannot create a multi-node communicator");
       return ncclInvalidUsage;
     }
-    real_id = info.real;
+    *real_id = info.real;
   }
-  const RealNccl* real = nullptr;
-  if (c->route == Route::Real) {
-    if (c->device < 0) {
-      set_last_error(std::string(what) + ": communicator routed to the real NCCL on the host backend");
-      return ncclInvalidUsage;
-    }
-    if (!(real = need_real(c->opts, what))) return ncclInvalidUsage;
+  if (c.route != Route::Real) return ncclSuccess;
+  if (c.device < 0) {
+    set_last_error(std::string(what) + ": communicator routed to the real NCCL on the host backend");
+    return ncclInvalidUsage;
   }
-  if (c->log.info && !meet)
-    log_line("INFO", "comm %p rank %d/%d device %d: %s%s%s", static_cast<void*>(c.get()), rank, nranks, c->device,
-             c->route == Route::Peerlink ? "peerlink (all ranks on this node)"
-                                         : (info.ours ? "real NCCL (the id was made on another node)"
-                                                      : "real NCCL (a real NCCL unique id)"),
-             in_group() ? ", created at ncclGroupEnd" : "",
-             c->route == Route::Peerlink && c->opts.max_blocks > 0
-                 ? (", at most " + std::to_string(c->opts.max_blocks) + " blocks per kernel (maxCTAs)").c_str()
-                 : "");
-  ncclComm* raw = c.release();
-  *out = raw;
+  return (*real = need_real(c.opts, what)) ? ncclSuccess : ncclInvalidUsage;
+}
+
+void log_route(const ncclComm& c, const IdInfo& info, const char* what) {
+  if (!c.log.info) return;
+  log_line("INFO", "comm %p rank %d/%d device %d: %s%s%s", static_cast<const void*>(&c), c.rank, c.nranks, c.device,
+           c.route == Route::Peerlink
+               ? "peerlink (all ranks on this node)"
+               : (info.ours ? "real NCCL (the id was made on another node)" : "real NCCL (a real NCCL unique id)"),
+           in_group() ? ", created at ncclGroupEnd" : "",
+           c.route == Route::Peerlink && c.opts.max_blocks > 0
+               ? (", at most " + std::to_string(c.opts.max_blocks) + " blocks per kernel (maxCTAs)").c_str()
+               : "");
+}
+
+// What creates the communicator: now, or at ncclGroupEnd inside a group (submit decides).
+Op init_op(ncclComm* raw, const RealNccl* real, const ncclUniqueId& real_id, ncclConfig_t* config, const IdInfo& info,
+           bool meet, const char* what) {
   // A copy of the config that outlives the caller's (the init may run at ncclGroupEnd).
   bool copy_cfg = config && config->size == sizeof(ncclConfig_t);
   ncclConfig_t cfg{};
@@ -131,7 +141,23 @@ ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int 
       return raw->init_result;
     }
   };
-  return submit(std::move(op));
+  return op;
+}
+
+ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank, ncclConfig_t* config,
+                       const char* what) {
+  if (ncclResult_t r = check_init_args(out, nranks, rank, config, what)) return r;
+  auto c = std::make_unique<ncclComm>();
+  if (ncclResult_t r = describe_comm(*c, nranks, rank, config, what)) return r;
+  IdInfo info = parse_id(id);
+  ncclUniqueId real_id = id;
+  const bool meet = info.ours && info.has_rendezvous && !info.one_process;
+  const RealNccl* real = nullptr;
+  if (ncclResult_t r = route_by_id(*c, info, meet, &real_id, &real, what)) return r;
+  if (!meet) log_route(*c, info, what);
+  ncclComm* raw = c.release();
+  *out = raw;
+  return submit(init_op(raw, real, real_id, config, info, meet, what));
 }
 
 // An id of this library: a real NCCL id embedded where the real NCCL can be loaded (GPU builds),

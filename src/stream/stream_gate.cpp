@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 #include "stream/stream_p2p.h"
@@ -66,9 +67,10 @@ int gate_in_place(StreamLaunch& L, uint64_t chunk, uint64_t ll_max) {
       }
       const uint64_t n = raw_chunks(r.len, chunk, ll_max);
       if (next + n > kGateCap)
-        throw UnsupportedError(common::cat("in-place send/recv from rank ", rc.peer, " in one group: ", next + n,
-                                           " chunks to order, at most ", kGateCap,
-                                           "; receive into another buffer or split the group"));
+        throw UnsupportedError(
+            common::format("in-place send/recv from rank {} in one group: {} chunks to order, at most {}; receive into "
+                           "another buffer or split the group",
+                           rc.peer, next + n, kGateCap));
       r.flags = kOpGated;  // staged: the kernel posts no address for it
       r.buf_id = uint32_t(next);
       s->flags = kOpGated;

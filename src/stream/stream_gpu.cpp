@@ -116,54 +116,57 @@ void StreamEngine::reap_inflight(bool wait_all) {
 // The grid stays within one block per multiprocessor (all resident: stream_launch.h): the largest
 // channels give blocks back until it fits. Recv channels come first in the grid (they post credits
 // and flags that the peer's sends wait for).
+int StreamEngine::channel_blocks_wanted(const StreamLaunch& L, int c) const {
+  const DevChannel& ch = L.ch[c];
+  uint64_t cap = uint64_t(std::max(1, channel_blocks_));
+  bool zc_send = false;  // an NCCL-form send with a zero-copy candidate
+  // Between processes only once a receive buffer of the peer is mapped: a staged run is faster
+  // with fewer blocks (below).
+  const bool zc_likely = ch.direct == kDirectLocal || (ch.direct == kDirectIpc && zc_->bound_any(ch.peer));
+  if (ch.kind == int(StreamOpKind::SendRaw) && zc_likely)
+    for (int i = 0; i < ch.nops; ++i)
+      zc_send |= is_direct(L.ops[ch.first_op + i].len, direct_min_of(ch.direct, direct_min_, direct_ipc_min_), ll_max_);
+  if (zc_send && comm_.options().stream_blocks <= 0) cap = kDirectChannelBlocks;
+  uint64_t w = 1;
+  if (ch.kind == int(StreamOpKind::SendPub)) {
+    uint64_t mx = 0;
+    for (int i = 0; i < ch.nops; ++i) {
+      const uint64_t len = L.ops[ch.first_op + i].len;
+      mx = std::max<uint64_t>(
+          mx, is_ll(len, ll_max_) ? pub_ll_blocks(len) : (len + kPubBytesPerBlock - 1) / kPubBytesPerBlock);
+    }
+    w = mx;
+  } else if (ch.kind == kChLocalCopy) {
+    uint64_t bytes = 0;
+    for (int i = 0; i < ch.nops; ++i) bytes += L.ops[ch.first_op + i].len;
+    w = (bytes + kLocalBytesPerBlock - 1) / kLocalBytesPerBlock;
+  } else if (ch.kind == int(StreamOpKind::RecvPub)) {
+    const uint64_t len = L.ops[ch.first_op].len;
+    if (ch.nops == 1 && is_ll(len, ll_max_)) w = pub_ll_blocks(len);
+  } else {
+    w = 0;
+    for (int i = 0; i < ch.nops; ++i) {
+      const DevOp& op = L.ops[ch.first_op + i];
+      // A zero-copy recv is one block's wait (stream_direct_device.h): its chunks are never staged.
+      // Between processes the kernel decides; one block once a recv found its slot acknowledged
+      // (from then on it always is), else as many as staging needs.
+      const bool zc = (op.flags & kOpDirectOk) || ((op.flags & kOpDirectIpc) && zc_->seen(ch.peer, int(op.buf_id)));
+      w += zc ? 1 : raw_chunks(op.len, chunk_, ll_max_);
+    }
+    // A long run of staged chunks: fewer blocks than slots, so a block can stage its next chunk
+    // in a free slot while its last one is still being copied out (with one block per slot each
+    // waits for its own chunk to come back). Between processes, 128 MB sendrecv / one way, 64 /
+    // 48 / 32 blocks: 449.8 / 413.7, 407.7 / 391.1, 406.0 / 397.2 us; 32 MB 115.3 / 112.0,
+    // 110.6 / 107.8, 109.9 / 106.6; 8 MB 64 blocks best (33.0 / 32.4 against 34.6 / 33.9 with 48)
+    // (2x H200).
+    if (!zc_send && w > 2 * slots_ && comm_.options().stream_blocks <= 0 && cap > slots_ * 3 / 4) cap = slots_ * 3 / 4;
+  }
+  return int(std::max<uint64_t>(1, std::min(w, cap)));
+}
+
 void StreamEngine::assign_blocks(StreamLaunch& L) const {
   std::vector<int> want(size_t(L.nch), 1);
-  for (int c = 0; c < L.nch; ++c) {
-    const DevChannel& ch = L.ch[c];
-    uint64_t cap = uint64_t(std::max(1, channel_blocks_));
-    bool zc_send = false;  // an NCCL-form send with a zero-copy candidate
-    // Between processes only once a receive buffer of the peer is mapped: a staged run is faster
-    // with fewer blocks (below).
-    const bool zc_likely = ch.direct == kDirectLocal || (ch.direct == kDirectIpc && zc_->bound_any(ch.peer));
-    if (ch.kind == int(StreamOpKind::SendRaw) && zc_likely)
-      for (int i = 0; i < ch.nops; ++i)
-        zc_send |= is_direct(L.ops[ch.first_op + i].len, direct_min_of(ch.direct, direct_min_, direct_ipc_min_), ll_max_);
-    if (zc_send && comm_.options().stream_blocks <= 0) cap = kDirectChannelBlocks;
-    uint64_t w = 1;
-    if (ch.kind == int(StreamOpKind::SendPub)) {
-      uint64_t mx = 0;
-      for (int i = 0; i < ch.nops; ++i) {
-        const uint64_t len = L.ops[ch.first_op + i].len;
-        mx = std::max<uint64_t>(mx, is_ll(len, ll_max_) ? pub_ll_blocks(len) : (len + kPubBytesPerBlock - 1) / kPubBytesPerBlock);
-      }
-      w = mx;
-    } else if (ch.kind == kChLocalCopy) {
-      uint64_t bytes = 0;
-      for (int i = 0; i < ch.nops; ++i) bytes += L.ops[ch.first_op + i].len;
-      w = (bytes + kLocalBytesPerBlock - 1) / kLocalBytesPerBlock;
-    } else if (ch.kind == int(StreamOpKind::RecvPub)) {
-      const uint64_t len = L.ops[ch.first_op].len;
-      if (ch.nops == 1 && is_ll(len, ll_max_)) w = pub_ll_blocks(len);
-    } else {
-      w = 0;
-      for (int i = 0; i < ch.nops; ++i) {
-        const DevOp& op = L.ops[ch.first_op + i];
-        // A zero-copy recv is one block's wait (stream_direct_device.h): its chunks are never staged.
-        // Between processes the kernel decides; one block once a recv found its slot acknowledged
-        // (from then on it always is), else as many as staging needs.
-        const bool zc = (op.flags & kOpDirectOk) || ((op.flags & kOpDirectIpc) && zc_->seen(ch.peer, int(op.buf_id)));
-        w += zc ? 1 : raw_chunks(op.len, chunk_, ll_max_);
-      }
-      // A long run of staged chunks: fewer blocks than slots, so a block can stage its next chunk
-      // in a free slot while its last one is still being copied out (with one block per slot each
-      // waits for its own chunk to come back). Between processes, 128 MB sendrecv / one way, 64 /
-      // 48 / 32 blocks: 449.8 / 413.7, 407.7 / 391.1, 406.0 / 397.2 us; 32 MB 115.3 / 112.0,
-      // 110.6 / 107.8, 109.9 / 106.6; 8 MB 64 blocks best (33.0 / 32.4 against 34.6 / 33.9 with 48)
-      // (2x H200).
-      if (!zc_send && w > 2 * slots_ && comm_.options().stream_blocks <= 0 && cap > slots_ * 3 / 4) cap = slots_ * 3 / 4;
-    }
-    want[size_t(c)] = int(std::max<uint64_t>(1, std::min(w, cap)));
-  }
+  for (int c = 0; c < L.nch; ++c) want[size_t(c)] = channel_blocks_wanted(L, c);
   int total = 0;
   for (int w : want) total += w;
   // Ranks of one process on one GPU (devices 0,0 in the tests) share it: with the whole device per

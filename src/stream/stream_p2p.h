@@ -166,6 +166,7 @@ class StreamEngine final : public UpperState {
   std::exception_ptr device_error(uint32_t word) const;  // stream_gpu.cpp: the error a word names
   void reap_inflight(bool wait_all);
   void assign_blocks(stream::StreamLaunch& L) const;  // stream_gpu.cpp: grid of one launch
+  int channel_blocks_wanted(const stream::StreamLaunch& L, int c) const;  // before the grid budget
   bool ce_eligible(const std::vector<const StreamOp*>& ops) const;  // stream_ce.cpp
   void launch_ce(const stream::StreamLaunch& L, void* stream);      // stream_ce.cpp
   void mark_broken(const std::vector<StreamOp>& ops, std::exception_ptr e);

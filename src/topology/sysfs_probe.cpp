@@ -172,6 +172,87 @@ std::vector<std::string> scan_gpus(const std::string& root_real) {
   return ids;
 }
 
+// The GPUs to describe, in order: the caller's bus ids, else the runtime's devices (live), else
+// every GPU of the sysfs tree. *runtime_gpus: how many the runtime reported (0 when not asked).
+std::vector<std::string> gpu_bus_ids(const ProbeOptions& opts, bool live, const std::string& root_real, System* sys,
+                                     int* runtime_gpus) {
+  std::vector<std::string> bus_ids;
+  *runtime_gpus = 0;
+  if (!opts.bus_ids.empty()) {
+    for (const std::string& id : opts.bus_ids) {
+      bus_ids.push_back(normalize_bus_id(id));
+      if (bus_ids.back().empty()) sys->warnings.push_back(common::format("'{}' is not a PCI bus id", id));
+    }
+    return bus_ids;
+  }
+  if (live) {
+    *runtime_gpus = gpu::device_count();
+    for (int i = 0; i < *runtime_gpus; ++i) {
+      std::string id;
+      try {
+        id = normalize_bus_id(gpu::pci_bus_id(i));
+      } catch (const std::exception& e) {
+        sys->warnings.push_back(common::format("GPU{}: runtime could not tell its PCI bus id: {}", i, e.what()));
+      }
+      bus_ids.push_back(id);
+    }
+  }
+  if (*runtime_gpus == 0 && !root_real.empty()) bus_ids = scan_gpus(root_real);
+  if (live && *runtime_gpus == 0 && !bus_ids.empty())
+    sys->warnings.push_back(
+        common::format("the GPU runtime ({}) sees no device; listing the {} GPUs found in sysfs instead",
+                       gpu::runtime_name(), bus_ids.size()));
+  return bus_ids;
+}
+
+// Each GPU's PCI path, NUMA node and socket, and the PCIe link of every pair.
+void place_gpus(System* sys, const std::vector<std::string>& bus_ids, const std::string& root_real) {
+  const SocketMap sockets = root_real.empty() ? SocketMap{} : read_sockets(root_real);
+  for (size_t i = 0; i < bus_ids.size(); ++i) {
+    Gpu g;
+    g.index = static_cast<int>(i);
+    g.bus_id = bus_ids[i];
+    if (!root_real.empty()) locate_gpu(root_real, &g, &sys->warnings);
+    auto it = sockets.numa_to_package.find(g.numa);
+    if (it != sockets.numa_to_package.end())
+      g.socket = it->second;
+    else if (g.numa >= 0)
+      g.socket = g.numa;  // no CPU map: NUMA node stands for the socket, as in NCCL
+    else if (sockets.packages.size() == 1)
+      g.socket = *sockets.packages.begin();
+    sys->gpus.push_back(g);
+  }
+  const size_t n = sys->gpus.size();
+  sys->links.assign(n, std::vector<Link>(n));
+  for (size_t a = 0; a < n; ++a)
+    for (size_t b = 0; b < n; ++b)
+      if (a != b) sys->links[a][b] = pcie_link(sys->gpus[a], sys->gpus[b]);
+}
+
+// NVLinks over the PCIe links: the caller's table, else NVML on this machine, else the runtime's
+// P2P hint.
+void add_nvlinks(System* sys, const ProbeOptions& opts, const std::vector<std::string>& bus_ids, bool root_is_machine) {
+  const size_t n = sys->gpus.size();
+  NvLinkTable table;
+  std::string why;
+  if (opts.nvlinks) {
+    if (opts.nvlinks(bus_ids, &table, &why)) apply_nvlinks(sys, table, "NVLink");
+  } else if (root_is_machine) {
+    if (nvml_nvlinks(bus_ids, &table, &why)) {
+      apply_nvlinks(sys, table, "NVLink (NVML)");
+    } else if (sys->live) {
+      // No NVML: native peer atomics exist over NVLink/xGMI, not PCIe, so the runtime's hint
+      // stands in for it.
+      for (size_t a = 0; a < n; ++a)
+        for (size_t b = a + 1; b < n; ++b)
+          if (gpu::p2p_link_hint(static_cast<int>(a), static_cast<int>(b)) == 1) {
+            Link l{PathType::NVL, true, common::format("NVLink/xGMI per the runtime's P2P hint ({})", why)};
+            sys->links[a][b] = sys->links[b][a] = l;
+          }
+    }
+  }
+}
+
 }  // namespace
 
 System probe_sysfs(const ProbeOptions& opts) {
@@ -184,31 +265,9 @@ System probe_sysfs(const ProbeOptions& opts) {
   if (root_real.empty()) sys.warnings.push_back(common::format("sysfs root '{}' does not exist", root));
   sys.source = common::format("sysfs:{}", root);
 
-  std::vector<std::string> bus_ids;
   int runtime_gpus = 0;
-  if (!opts.bus_ids.empty()) {
-    for (const std::string& id : opts.bus_ids) {
-      bus_ids.push_back(normalize_bus_id(id));
-      if (bus_ids.back().empty()) sys.warnings.push_back(common::format("'{}' is not a PCI bus id", id));
-    }
-  } else if (live) {
-    runtime_gpus = gpu::device_count();
-    for (int i = 0; i < runtime_gpus; ++i) {
-      std::string id;
-      try {
-        id = normalize_bus_id(gpu::pci_bus_id(i));
-      } catch (const std::exception& e) {
-        sys.warnings.push_back(common::format("GPU{}: runtime could not tell its PCI bus id: {}", i, e.what()));
-      }
-      bus_ids.push_back(id);
-    }
-  }
-  if (opts.bus_ids.empty() && runtime_gpus == 0 && !root_real.empty()) bus_ids = scan_gpus(root_real);
+  const std::vector<std::string> bus_ids = gpu_bus_ids(opts, live, root_real, &sys, &runtime_gpus);
   sys.live = live && runtime_gpus > 0;
-  if (live && opts.bus_ids.empty() && runtime_gpus == 0 && !bus_ids.empty())
-    sys.warnings.push_back(
-        common::format("the GPU runtime ({}) sees no device; listing the {} GPUs found in sysfs instead",
-                       gpu::runtime_name(), bus_ids.size()));
 
   sys.cpu = live ? cpu_of_this_machine() : CpuInfo{};
   if (!live) {
@@ -219,46 +278,8 @@ System probe_sysfs(const ProbeOptions& opts) {
       classify_generation(&sys.cpu);
   }
 
-  const SocketMap sockets = root_real.empty() ? SocketMap{} : read_sockets(root_real);
-  for (size_t i = 0; i < bus_ids.size(); ++i) {
-    Gpu g;
-    g.index = static_cast<int>(i);
-    g.bus_id = bus_ids[i];
-    if (!root_real.empty()) locate_gpu(root_real, &g, &sys.warnings);
-    auto it = sockets.numa_to_package.find(g.numa);
-    if (it != sockets.numa_to_package.end())
-      g.socket = it->second;
-    else if (g.numa >= 0)
-      g.socket = g.numa;  // no CPU map: NUMA node stands for the socket, as in NCCL
-    else if (sockets.packages.size() == 1)
-      g.socket = *sockets.packages.begin();
-    sys.gpus.push_back(g);
-  }
-  const size_t n = sys.gpus.size();
-  sys.links.assign(n, std::vector<Link>(n));
-  for (size_t a = 0; a < n; ++a)
-    for (size_t b = 0; b < n; ++b)
-      if (a != b) sys.links[a][b] = pcie_link(sys.gpus[a], sys.gpus[b]);
-  if (n < 2) return sys;
-
-  NvLinkTable table;
-  std::string why;
-  if (opts.nvlinks) {
-    if (opts.nvlinks(bus_ids, &table, &why)) apply_nvlinks(&sys, table, "NVLink");
-  } else if (root_is_machine) {
-    if (nvml_nvlinks(bus_ids, &table, &why)) {
-      apply_nvlinks(&sys, table, "NVLink (NVML)");
-    } else if (sys.live) {
-      // No NVML: native peer atomics exist over NVLink/xGMI, not PCIe, so the runtime's hint
-      // stands in for it.
-      for (size_t a = 0; a < n; ++a)
-        for (size_t b = a + 1; b < n; ++b)
-          if (gpu::p2p_link_hint(static_cast<int>(a), static_cast<int>(b)) == 1) {
-            Link l{PathType::NVL, true, common::format("NVLink/xGMI per the runtime's P2P hint ({})", why)};
-            sys.links[a][b] = sys.links[b][a] = l;
-          }
-    }
-  }
+  place_gpus(&sys, bus_ids, root_real);
+  if (sys.gpus.size() >= 2) add_nvlinks(&sys, opts, bus_ids, root_is_machine);
   return sys;
 }
 

@@ -3,6 +3,7 @@
 // completes when done_seq >= k. The receiver returns descriptor credit through `consumed`.
 #include <algorithm>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 #include "transport/link_direct.h"
@@ -89,7 +90,7 @@ class DoneSeqRecvLink final : public DirectRecvLink {
 
  private:
   void on_send_done(const shm::RingMsg& m) override {
-    throw Error(common::cat("rank ", env_.peer, " sent SEND_DONE on a done_seq pair (corrupted ring)"));
+    throw Error(common::format("rank {} sent SEND_DONE on a done_seq pair (corrupted ring)", env_.peer));
   }
   bool match() override {
     bool moved = false;

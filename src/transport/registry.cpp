@@ -3,6 +3,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
 
@@ -69,7 +70,7 @@ std::optional<Publication> registry_read(const RegSlot* table, uint32_t buf_id) 
         if (s->seq.load(std::memory_order_relaxed) == a) break;
       }
       if (attempt > 1000) std::this_thread::yield();
-      if (attempt > 100000) throw Error(common::cat("registry slot of buffer ", buf_id, " never became consistent"));
+      if (attempt > 100000) throw Error(common::format("registry slot of buffer {} never became consistent", buf_id));
     }
     return parse_publication(r, buf_id);  // untrusted: validated before use
   }

@@ -1,9 +1,11 @@
+#include "peerlink/request.h"
+
 #include <optional>
 #include <thread>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
-#include "peerlink/request.h"
 #include "transport/request_state.h"
 
 namespace peerlink {
@@ -66,7 +68,7 @@ void Request::wait(std::chrono::milliseconds timeout) {
   while (!test()) {
     auto left = deadline - Clock::now();
     if (left <= Clock::duration::zero())
-      throw TimeoutError(common::cat(state_->what(), ": not complete after ", timeout.count(), " ms"));
+      throw TimeoutError(common::format("{}: not complete after {} ms", state_->what(), timeout.count()));
     const auto slice = std::min<std::chrono::nanoseconds>(left, std::chrono::milliseconds(100));
     if (!p || !p->sleep(*state_, slice)) state_->sleep(slice);
   }

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/format.h"
 #include "common/futex.h"
 #include "common/log.h"
 
@@ -75,8 +76,8 @@ struct RequestState {
 };
 
 inline std::string RequestState::what() const {
-  return common::cat(kind, " rank ", peer, " (buffer ", buf_id, ", offset ", offset, ", ", len, " bytes",
-                     version ? common::cat(", version ", version) : std::string(), ", message ", seq, ")");
+  return common::format("{} rank {} (buffer {}, offset {}, {} bytes{}, message {})", kind, peer, buf_id, offset, len,
+                        version ? common::format(", version {}", version) : std::string(), seq);
 }
 
 }  // namespace peerlink::detail
