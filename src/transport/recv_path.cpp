@@ -10,7 +10,6 @@
 #include "transport/worker_loop.h"
 
 namespace peerlink::detail {
-namespace {}  // namespace
 
 void Transport::notify(int peer, uint32_t buf_id, void* ptr, size_t len, uint64_t version) {
   rethrow_worker_error();
