@@ -29,7 +29,6 @@ namespace peerlink::gpu {
   throw make_gpu_error(call, static_cast<int>(e), GetErrorName(e), GetErrorString(e), dev);
 }
 
-
 const char* runtime_name() { return rt::kRuntimeName; }
 bool compiled_with_gpu() { return true; }
 
