@@ -1,7 +1,7 @@
 // Rendezvous of the ranks of one job on one node through a POSIX SHM segment named after the
 // unique id: any start order, bounded waits that name the ranks that never arrived, detection and
-// replacement of a segment left by a crashed run. After setup the segment's name is unlinked; the
-// mapping stays and carries barriers, small allgathers and liveness.
+// replacement of a segment left by a crashed run. The mapping carries barriers, small allgathers
+// and liveness for the communicator's whole life; the name's lifetime is below.
 //
 // Ownership and staleness are decided atomically with a shared flock on the segment's file: the
 // creator takes it before the name appears, every joiner takes it before claiming its slot, and
