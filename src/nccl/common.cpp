@@ -85,7 +85,7 @@ ncclResult_t check_comm(const ncclComm* comm, const char* what) {
 const RealNccl* foreign_comm(const ncclComm* comm, const char* what, bool* unusable) {
   *unusable = false;
   if (!comm || comm->magic == kShimCommMagic) return nullptr;
-  if (const RealNccl* real = real_nccl(std::string())) return real;
+  if (const RealNccl* real = real_nccl_if_loaded()) return real;
   set_last_error(std::string(what) + ": not a communicator of this library, and no real NCCL is loaded");
   *unusable = true;
   return nullptr;

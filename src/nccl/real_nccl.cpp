@@ -2,6 +2,8 @@
 #include "real_nccl.h"
 
 #include <dlfcn.h>
+
+#include <atomic>
 #include <link.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -112,17 +114,26 @@ Loaded load(const std::string& configured) {
 
 }  // namespace
 
+namespace {
+std::atomic<const RealNccl*> g_loaded{nullptr};  // set once the real library is open
+}  // namespace
+
 const RealNccl* real_nccl(const std::string& configured_path, std::string* why) {
   // One real NCCL per process (its communicators and ours must agree on one library), loaded on
   // first need and never unloaded (its threads may outlive any of our objects).
   static std::once_flag once;
   static Loaded* loaded = nullptr;
-  std::call_once(once, [&] { loaded = new Loaded(load(configured_path)); });
+  std::call_once(once, [&] {
+    loaded = new Loaded(load(configured_path));
+    if (loaded->handle) g_loaded.store(&loaded->fns, std::memory_order_release);
+  });
   if (!loaded->handle) {
     if (why) *why = loaded->why;
     return nullptr;
   }
   return &loaded->fns;
 }
+
+const RealNccl* real_nccl_if_loaded() { return g_loaded.load(std::memory_order_acquire); }
 
 }  // namespace peerlink::nccl

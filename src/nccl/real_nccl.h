@@ -29,4 +29,8 @@ struct RealNccl {
 // with the library path of the first Options that asks (one real NCCL per process).
 const RealNccl* real_nccl(const std::string& configured_path, std::string* why = nullptr);
 
+// The real NCCL if real_nccl() has opened it, else null; never loads it. A communicator of the real
+// library can only exist once it is open (shim.h, foreign_comm).
+const RealNccl* real_nccl_if_loaded();
+
 }  // namespace peerlink::nccl

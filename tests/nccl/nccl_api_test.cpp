@@ -187,6 +187,22 @@ TEST(NcclApi, RoutingForeignIdsGoToRealNccl) {
 // API, bound here): recognised and forwarded; with no real NCCL loaded (the host backend) every
 // query is ncclInvalidArgument naming it, and nothing of the object is read beyond its first word.
 TEST(NcclApi, ForeignCommunicatorsAreNotTakenForOurs) {
+  // In a fresh process of this binary: an earlier test of this process may have opened a real NCCL
+  // installed on the machine, which would then be handed the fake communicator.
+  if (!std::getenv("PL_TEST_FOREIGN_CHILD")) {
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      setenv("PL_TEST_FOREIGN_CHILD", "1", 1);
+      execl("/proc/self/exe", "nccl_api_tests", "--gtest_filter=NcclApi.ForeignCommunicatorsAreNotTakenForOurs",
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    int st = 0;
+    ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "child status " << st;
+    return;
+  }
   alignas(64) unsigned char not_ours[4096];
   std::memset(not_ours, 0xab, sizeof not_ours);
   auto* c = reinterpret_cast<ncclComm_t>(not_ours);
