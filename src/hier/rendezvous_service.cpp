@@ -218,7 +218,7 @@ void Service::on_hello(size_t i) {
     }
   }
   if (h.nranks != nranks_) {
-    return fail(FailCode::Invalid, common::format("{} says nranks {}, but the ranks that came first say {}: every rank "
+    return fail(FailCode::Invalid, common::format("{} says nranks {}, but the ranks that came first say nranks {}: every rank "
                                                   "must pass the same nranks", who(h), h.nranks, nranks_));
   }
   if (arrived_[h.rank])
