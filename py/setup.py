@@ -146,10 +146,6 @@ class BuildExt(build_ext):
         # does not track, and a binding object older than a changed struct (Options) crashed in
         # Communicator() when a build directory was reused (2026-11-26).
         self.force = True
-        for attr in ("linker_so", "linker_so_cxx"):  # see _configure_torch_extension: one libstdc++
-            cmd = getattr(self.compiler, attr, None)
-            if isinstance(cmd, list):
-                setattr(self.compiler, attr, [a for a in cmd if a not in ("-static-libstdc++", "-static-libgcc")])
         compile_in_parallel(self.compiler, make_jobs())
         ext = self.extensions[0]
         torch_ext = next((e for e in self.extensions if e.name == TORCH_EXT), None)
