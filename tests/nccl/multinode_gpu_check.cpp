@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -55,12 +56,23 @@ float val(int r, size_t i, int seed) { return static_cast<float>((r * 7 + i * 3 
 struct Dev {
   float* p = nullptr;
   size_t n = 0;
-  explicit Dev(size_t count) : n(count) { CU(cudaMalloc(&p, count * sizeof(float) + 16)); }
+  // Filled with NaN (all bits set), so an element nothing wrote never equals what a check expects.
+  explicit Dev(size_t count) : n(count) {
+    CU(cudaMalloc(&p, count * sizeof(float) + 16));
+    CU(cudaMemsetAsync(p, 0xff, count * sizeof(float) + 16, g_stream));
+  }
   ~Dev() { cudaFree(p); }
-  void put(const std::vector<float>& h) { CU(cudaMemcpy(p, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice)); }
+  // On the stream the ops use: a plain cudaMemcpy from pageable memory may return before its DMA
+  // lands, and g_stream (non-blocking) does not wait for the legacy stream, so an op could read the
+  // previous contents.
+  void put(const std::vector<float>& h) {
+    CU(cudaMemcpyAsync(p, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice, g_stream));
+    CU(cudaStreamSynchronize(g_stream));
+  }
   std::vector<float> get(size_t count) const {
     std::vector<float> h(count);
-    CU(cudaMemcpy(h.data(), p, count * sizeof(float), cudaMemcpyDeviceToHost));
+    CU(cudaMemcpyAsync(h.data(), p, count * sizeof(float), cudaMemcpyDeviceToHost, g_stream));
+    CU(cudaStreamSynchronize(g_stream));
     return h;
   }
 };
@@ -115,10 +127,10 @@ void eager_checks() {
     for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<int8_t>((g_rank + i) % 5);
     int8_t *d = nullptr;
     CU(cudaMalloc(&d, h.size()));
-    CU(cudaMemcpy(d, h.data(), h.size(), cudaMemcpyHostToDevice));
+    CU(cudaMemcpyAsync(d, h.data(), h.size(), cudaMemcpyHostToDevice, g_stream));
     NC(ncclAllReduce(d, d, h.size(), ncclInt8, ncclSum, g_comm, g_stream));
+    CU(cudaMemcpyAsync(h.data(), d, h.size(), cudaMemcpyDeviceToHost, g_stream));
     sync();
-    CU(cudaMemcpy(h.data(), d, h.size(), cudaMemcpyDeviceToHost));
     cudaFree(d);
     for (size_t i = 0; i < h.size(); ++i) {
       int want = 0;
@@ -170,10 +182,10 @@ void eager_checks() {
   auto pairs = [&](const char* name, const std::function<bool(int)>& with) {
     check(name, [&] {
       const size_t c = 777;
-      std::vector<Dev*> out, in;
+      std::vector<std::unique_ptr<Dev>> out, in;
       for (int q = 0; q < g_n; ++q) {
-        out.push_back(new Dev(c));
-        in.push_back(new Dev(c));
+        out.push_back(std::make_unique<Dev>(c));
+        in.push_back(std::make_unique<Dev>(c));
         out.back()->put(pattern(c, g_rank, 20 + q));
       }
       NC(ncclGroupStart());
@@ -189,8 +201,6 @@ void eager_checks() {
         const std::string from = "send/recv from rank " + std::to_string(q);
         expect(in[q]->get(c), [&](size_t i) { return val(q, i, 20 + g_rank); }, from.c_str());
       }
-      for (Dev* d : out) delete d;
-      for (Dev* d : in) delete d;
     });
   };
   pairs("send/recv all pairs (within and across nodes) in one group", [](int) { return true; });
