@@ -59,10 +59,24 @@ def test_destroy_and_reinit():
         assert sums == [([1.0] * 5, [3.0] * 3), ([3.0] * 5, [3.0] * 3), ([5.0] * 5, [3.0] * 3)], sums
 
 
-def test_group_spanning_nodes_is_refused():
-    for text in run_nodes(2):
-        assert "spans 2 nodes" in text and "'node-0': rank 0" in text and "'node-1': rank 1" in text, text
+def test_group_on_one_node_is_created():
     assert run_nodes(1) == ["created", "created"]
+
+
+# Groups spanning simulated nodes: peerlink inside each node, gloo between nodes (CPU tensors).
+NODE_CHECKS = ["node_map", "allreduce_matrix", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+               "coalesced", "all_to_all", "gather_scatter", "send_recv", "objects_and_barrier",
+               "async_work_and_future", "non_contiguous_and_empty"]
+
+
+# PEERLINK_HIER_MIN_BYTES=1: the two-level plans at every size; 0 (the default): whole on gloo.
+@pytest.mark.parametrize("world,per_node,hier_min", [(4, 2, "1"), (4, 2, "0"), (3, 2, "1"), (2, 1, "1")],
+                         ids=["2x2", "2x2-whole", "2+1", "2x1"])
+def test_group_spanning_nodes(world, per_node, hier_min):
+    results = run_checks(NODE_CHECKS, "cpu:peerlink", world=world, per_node=per_node, timeout=400,
+                         env={"PEERLINK_HIER_MIN_BYTES": hier_min})
+    failed = {name: text for name, (text, _) in results.items() if text is not None}
+    assert not failed, "\n".join(f"{name}: {text}" for name, text in failed.items())
 
 
 @pytest.mark.parametrize("case", ["timeout", "killed"])

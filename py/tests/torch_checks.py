@@ -360,6 +360,20 @@ def check_send_recv(c):
 
 
 @check
+def check_node_map(c):
+    """The group's node map is the one its ranks' host identities say (PEERLINK_HOSTID on simulated
+    nodes): nodes in the order of their first rank."""
+    import peerlink.torch as pt
+
+    backend = (c.pg or dist.group.WORLD)._get_backend(c.device)
+    hosts = [None] * c.world
+    dist.all_gather_object(hosts, pt.host_id(), group=c.ref)
+    want = list(dict.fromkeys(hosts))
+    assert list(backend.node_hosts) == want, (list(backend.node_hosts), want)
+    assert list(backend.node_of_rank) == [want.index(h) for h in hosts], list(backend.node_of_rank)
+
+
+@check
 def check_objects_and_barrier(c):
     objs = [None] * c.world
     dist.all_gather_object(objs, {"rank": c.rank, "s": "x" * (c.rank + 1)}, group=c.pg)

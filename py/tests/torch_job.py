@@ -50,6 +50,10 @@ def cuda_available() -> str | None:
 
 def _job(ctx, spec):
     os.environ.update(spec.get("env", {}))
+    if spec.get("per_node"):  # simulated nodes: peerlink groups ranks by PEERLINK_HOSTID; a distinct
+        # NCCL_HOSTID per rank lets the real NCCL (between nodes) take several ranks on one GPU
+        os.environ["PEERLINK_HOSTID"] = f"node-{ctx.rank // spec['per_node']}"
+        os.environ["NCCL_HOSTID"] = f"rank{ctx.rank}-{os.getpid()}"
     os.environ.setdefault("PEERLINK_TIMEOUT_MS", CHECK_TIMEOUT_MS)
     import torch
     import torch.distributed as dist
@@ -88,11 +92,12 @@ def _job(ctx, spec):
     return results
 
 
-def run_checks(checks, backend, device="cpu", world=2, subgroup=False, env=None, timeout=300.0):
-    """{check: (None or the failure text of the first failing rank, seconds on rank 0)}."""
+def run_checks(checks, backend, device="cpu", world=2, subgroup=False, env=None, timeout=300.0, per_node=None):
+    """{check: (None or the failure text of the first failing rank, seconds on rank 0)}. per_node: ranks
+    claim nodes of that many consecutive ranks (PEERLINK_HOSTID), so peerlink groups span nodes."""
     with tempfile.TemporaryDirectory() as d:
         spec = {"checks": list(checks), "backend": backend, "device": device, "subgroup": subgroup,
-                "init_file": os.path.join(d, "init"), "env": dict(env or {})}
+                "init_file": os.path.join(d, "init"), "env": dict(env or {}), "per_node": per_node}
         per_rank = run_ranks(_job, world=world, args=(spec,), make_comm=False, timeout=timeout)
     merged = {}
     for name in checks:

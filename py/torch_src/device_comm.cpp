@@ -1,7 +1,6 @@
 #include "device_comm.h"
 
 #include "errors.h"
-#include "peerlink/collectives.h"
 #include "peerlink/device.h"
 
 namespace peerlink::pt {
@@ -11,7 +10,7 @@ const c10::impl::VirtualGuardImpl& cuda_impl() {
   return impl;
 }
 
-DeviceComm::DeviceComm(std::unique_ptr<Communicator> comm, c10::Device device)
+DeviceComm::DeviceComm(std::unique_ptr<GroupComm> comm, c10::Device device)
     : comm_(std::move(comm)), device_(device) {
   if (!is_host()) {
     internal_ = cuda_impl().getStreamFromGlobalPool(device_, /*isHighPriority=*/false);
@@ -71,8 +70,7 @@ void DeviceComm::end(const Launch& l) {
 
 void DeviceComm::check_errors(const char* what) {
   translate_errors(what, [&] {
-    if (coll_used_) peerlink::allreduce_check(*comm_);
-    if (p2p_used_) comm_->check_async_error();
+    comm_->check_errors(coll_used_, p2p_used_);
   });
 }
 

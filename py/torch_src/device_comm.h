@@ -1,5 +1,6 @@
 // One peerlink communicator of a process group: the group's ranks on one device kind (a CUDA
-// device, or the host backend for CPU tensors), and where its calls run.
+// device, or the host backend for CPU tensors), and where its calls run. Within one node it is a
+// peerlink Communicator, across nodes a HierCommunicator (group_comm.h).
 //
 // Streams, as ProcessGroupNCCL: a synchronous call runs on the caller's current stream; an
 // asynchronous one on the communicator's internal stream (one from torch's pool), which first waits
@@ -19,7 +20,7 @@
 #include <mutex>
 #include <optional>
 
-#include "peerlink/communicator.h"
+#include "group_comm.h"
 
 namespace peerlink::pt {
 
@@ -40,12 +41,12 @@ struct Launch {
 
 class DeviceComm {
  public:
-  DeviceComm(std::unique_ptr<Communicator> comm, c10::Device device);
+  DeviceComm(std::unique_ptr<GroupComm> comm, c10::Device device);
   ~DeviceComm();
   DeviceComm(const DeviceComm&) = delete;
   DeviceComm& operator=(const DeviceComm&) = delete;
 
-  Communicator& comm() { return *comm_; }
+  GroupComm& comm() { return *comm_; }
   const c10::Device& device() const { return device_; }
   bool is_host() const { return device_.is_cpu(); }
   std::mutex& mutex() { return mu_; }  // one call at a time issues on this communicator
@@ -70,7 +71,7 @@ class DeviceComm {
   void close(bool drain);
 
  private:
-  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<GroupComm> comm_;
   c10::Device device_;
   std::mutex mu_;
   std::optional<c10::Stream> internal_;

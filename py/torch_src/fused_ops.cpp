@@ -36,6 +36,14 @@ struct Rows {
   DataType dtype = DataType::F32;
 };
 
+// The fused kernels run within one node: a group spanning nodes has no single communicator for them.
+Communicator& node_comm(const Launch& l, const char* what) {
+  Communicator* c = l.dc->comm().single_node();
+  TORCH_CHECK_NOT_IMPLEMENTED(c, "peerlink ", what, ": the fused epilogue runs on groups within one node; this group "
+                              "spans nodes (use all_reduce, then the residual add and RMSNorm)");
+  return *c;
+}
+
 Rows check_rows(const at::Tensor& input, const at::Tensor& residual, const at::Tensor& weight, const char* what) {
   check_tensor(input, what);
   check_like(input, residual, what);
@@ -61,7 +69,7 @@ void fused_allreduce_add_rms_norm(at::Tensor& input, at::Tensor& residual, const
   auto pg = backend_of(std::string(group_name), input.device(), what);
   pg->run_sync(what, input.device(), [&](const Launch& l) {
     Aligned in(input), res(residual), w(weight);
-    peerlink::allreduce_add_rmsnorm(l.dc->comm(), in.c.data_ptr(), res.c.data_ptr(), w.c.data_ptr(), in.c.data_ptr(),
+    peerlink::allreduce_add_rmsnorm(node_comm(l, what), in.c.data_ptr(), res.c.data_ptr(), w.c.data_ptr(), in.c.data_ptr(),
                                     res.c.data_ptr(), r.tokens, r.hidden, r.dtype, static_cast<float>(eps),
                                     static_cast<float>(weight_bias), l.raw);
     l.dc->used_collectives();
@@ -82,7 +90,7 @@ std::tuple<at::Tensor, at::Tensor> fused_allreduce_add_rms_norm_functional(const
   at::Tensor res_out = at::empty(residual.sizes(), residual.options().memory_format(at::MemoryFormat::Contiguous));
   pg->run_sync(what, input.device(), [&](const Launch& l) {
     Aligned in(input), res(residual), w(weight);
-    peerlink::allreduce_add_rmsnorm(l.dc->comm(), in.c.data_ptr(), res.c.data_ptr(), w.c.data_ptr(), norm.data_ptr(),
+    peerlink::allreduce_add_rmsnorm(node_comm(l, what), in.c.data_ptr(), res.c.data_ptr(), w.c.data_ptr(), norm.data_ptr(),
                                     res_out.data_ptr(), r.tokens, r.hidden, r.dtype, static_cast<float>(eps),
                                     static_cast<float>(weight_bias), l.raw);
     l.dc->used_collectives();
@@ -106,7 +114,7 @@ void fused_allreduce_add_rms_norm_fp8(at::Tensor& out, const at::Tensor& input, 
   auto pg = backend_of(std::string(group_name), input.device(), what);
   pg->run_sync(what, input.device(), [&](const Launch& l) {
     Aligned in(input), res(residual), w(weight), q(out), s(scale);
-    peerlink::allreduce_add_rmsnorm_fp8(l.dc->comm(), in.c.data_ptr(), res.c.data_ptr(), w.c.data_ptr(),
+    peerlink::allreduce_add_rmsnorm_fp8(node_comm(l, what), in.c.data_ptr(), res.c.data_ptr(), w.c.data_ptr(),
                                         /*norm_out=*/nullptr, res.c.data_ptr(), q.c.data_ptr(),
                                         static_cast<const float*>(s.c.data_ptr()), r.tokens, r.hidden, r.dtype,
                                         static_cast<float>(eps), static_cast<float>(weight_bias), l.raw);

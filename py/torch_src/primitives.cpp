@@ -22,7 +22,7 @@ void allreduce_into(const Launch& l, const at::Tensor& in, const at::Tensor& out
   // Convert: reduce the converted copy in place, then cast it back into out.
   at::Tensor wout = p.form == ReducePlan::Form::Convert ? win : wire_output(out, p);
   if (wire_count(win) == 0) return;
-  peerlink::allreduce(l.dc->comm(), win.data_ptr(), wout.data_ptr(), wire_count(win), p.dtype, p.op, l.raw);
+  l.dc->comm().allreduce(win.data_ptr(), wout.data_ptr(), wire_count(win), p.dtype, p.op, l.raw);
   l.dc->used_collectives();
   at::Tensor o = out;
   finish_wire(wout, o, p);
@@ -32,7 +32,7 @@ void reduce_into(const Launch& l, const at::Tensor& in, const at::Tensor& out, c
   at::Tensor win = to_wire(in, p);
   at::Tensor wout = p.form == ReducePlan::Form::Convert ? win : wire_output(out, p);
   if (wire_count(win) == 0) return;
-  peerlink::reduce(l.dc->comm(), win.data_ptr(), wout.data_ptr(), wire_count(win), p.dtype, p.op, root, l.raw);
+  l.dc->comm().reduce(win.data_ptr(), wout.data_ptr(), wire_count(win), p.dtype, p.op, root, l.raw);
   l.dc->used_collectives();
   at::Tensor o = out;
   if (l.dc->comm().rank() == root) finish_wire(wout, o, p);
@@ -42,25 +42,25 @@ void reduce_scatter_into(const Launch& l, const at::Tensor& in, const at::Tensor
   at::Tensor win = to_wire(in, p);
   at::Tensor wout = wire_output(out, p);
   if (wire_count(wout) == 0) return;
-  peerlink::reduce_scatter(l.dc->comm(), win.data_ptr(), wout.data_ptr(), wire_count(wout), p.dtype, p.op, l.raw);
+  l.dc->comm().reduce_scatter(win.data_ptr(), wout.data_ptr(), wire_count(wout), p.dtype, p.op, l.raw);
   l.dc->used_collectives();
   at::Tensor o = out;
   finish_wire(wout, o, p);
 }
 
 void all_gather_into(const Launch& l, const at::Tensor& in, const at::Tensor& out) {
-  Communicator& c = l.dc->comm();
+  GroupComm& c = l.dc->comm();
   const size_t sb = nbytes(in);
-  TORCH_CHECK_VALUE(nbytes(out) == sb * static_cast<size_t>(c.world_size()), "peerlink all_gather: output has ",
-                    nbytes(out), " bytes, expected ", c.world_size(), " x ", sb);
+  TORCH_CHECK_VALUE(nbytes(out) == sb * static_cast<size_t>(c.size()), "peerlink all_gather: output has ",
+                    nbytes(out), " bytes, expected ", c.size(), " x ", sb);
   if (sb == 0) return;
   if (auto bt = byte_type({sb, addr(in), addr(out)})) {
-    peerlink::all_gather(c, in.data_ptr(), out.data_ptr(), sb / dtype_size(*bt), *bt, l.raw);
+    c.all_gather(in.data_ptr(), out.data_ptr(), sb / dtype_size(*bt), *bt, l.raw);
     l.dc->used_collectives();
     return;
   }
   std::vector<P2PItem> items;
-  for (int q = 0; q < c.world_size(); ++q) {
+  for (int q = 0; q < c.size(); ++q) {
     char* chunk = bytes_at(out, size_t(q) * sb);
     if (q == c.rank()) {
       if (chunk != in.data_ptr()) items.push_back({true, q, in.data_ptr(), sb}), items.push_back({false, q, chunk, sb});
@@ -73,17 +73,17 @@ void all_gather_into(const Launch& l, const at::Tensor& in, const at::Tensor& ou
 }
 
 void broadcast_into(const Launch& l, const at::Tensor& t, int root) {
-  Communicator& c = l.dc->comm();
+  GroupComm& c = l.dc->comm();
   const size_t b = nbytes(t);
   if (b == 0) return;
   if (auto bt = byte_type({b, addr(t)})) {
-    peerlink::broadcast(c, t.data_ptr(), t.data_ptr(), b / dtype_size(*bt), *bt, root, l.raw);
+    c.broadcast(t.data_ptr(), b / dtype_size(*bt), *bt, root, l.raw);
     l.dc->used_collectives();
     return;
   }
   std::vector<P2PItem> items;
   if (c.rank() == root) {
-    for (int q = 0; q < c.world_size(); ++q)
+    for (int q = 0; q < c.size(); ++q)
       if (q != root) items.push_back({true, q, t.data_ptr(), b});
   } else {
     items.push_back({false, root, t.data_ptr(), b});
@@ -124,8 +124,8 @@ void split_bytes(const at::Tensor& t, const std::vector<int64_t>& splits, int wo
 
 void all_to_all_into(const Launch& l, const at::Tensor& in_arg, const at::Tensor& out,
                      const std::vector<int64_t>& out_splits, const std::vector<int64_t>& in_splits) {
-  Communicator& c = l.dc->comm();
-  const int world = c.world_size();
+  GroupComm& c = l.dc->comm();
+  const int world = c.size();
   std::vector<size_t> sc, sd, rc, rd;
   split_bytes(in_arg, in_splits, world, "input", sc, sd);
   split_bytes(out, out_splits, world, "output", rc, rd);
@@ -141,10 +141,10 @@ void all_to_all_into(const Launch& l, const at::Tensor& in_arg, const at::Tensor
   if (auto bt = byte_type({acc})) {
     const size_t e = dtype_size(*bt);
     if (equal) {
-      peerlink::all_to_all(c, in.data_ptr(), out.data_ptr(), sc[0] / e, *bt, l.raw);
+      c.all_to_all(in.data_ptr(), out.data_ptr(), sc[0] / e, *bt, l.raw);
     } else {
       for (int q = 0; q < world; ++q) sc[q] /= e, sd[q] /= e, rc[q] /= e, rd[q] /= e;
-      peerlink::all_to_all_v(c, in.data_ptr(), sc.data(), sd.data(), out.data_ptr(), rc.data(), rd.data(), *bt, l.raw);
+      c.all_to_all_v(in.data_ptr(), sc.data(), sd.data(), out.data_ptr(), rc.data(), rd.data(), *bt, l.raw);
     }
     l.dc->used_collectives();
     return;
@@ -162,7 +162,7 @@ P2PItem p2p_send(int peer, const at::Tensor& t) { return {true, peer, t.data_ptr
 P2PItem p2p_recv(int peer, const at::Tensor& t) { return {false, peer, t.data_ptr(), nbytes(t)}; }
 
 void p2p_group(const Launch& l, const std::vector<P2PItem>& items) {
-  Communicator& c = l.dc->comm();
+  GroupComm& c = l.dc->comm();
   const int me = c.rank();
   // A send to this rank is matched with this rank's receive of the group, in order: as a local
   // copy here (the library requires equal lengths; a zero-length pair is skipped on both sides).

@@ -36,19 +36,18 @@ ProcessGroupPeerlink::ProcessGroupPeerlink(c10::intrusive_ptr<c10d::Store> store
   const int64_t joined = store_->add("peerlink/joined", 1);
   prefix_ = c10::str("peerlink/", (joined - 1) / size, "/");
   nodes_ = exchange_node_map(*store_, prefix_ + "host/", rank, size, cfg_.host_id);
-  // The plug of the multi-node layer: with it, a group spanning nodes runs peerlink inside each
-  // node and the real NCCL between them (make_communicator would build that communicator).
-  if (nodes_.nodes() > 1)
-    C10_THROW_ERROR(NotImplementedError,
-                    c10::str("peerlink: process group '", cfg_.group_name, "' spans ", nodes_.nodes(), " nodes (",
-                             nodes_.describe(), "); this build of peerlink runs groups within one node only: give "
-                             "groups that span nodes another backend (e.g. new_group(ranks, backend='nccl'))"));
+  // A group spanning nodes runs peerlink inside each node and torch backends between them, made
+  // by the maker peerlink.torch passes (ProcessGroupNCCL for CUDA tensors, gloo for CPU tensors).
+  TORCH_CHECK_NOT_IMPLEMENTED(nodes_.nodes() == 1 || cfg_.make_backend, "peerlink: process group '", cfg_.group_name,
+                              "' spans ", nodes_.nodes(), " nodes (", nodes_.describe(),
+                              ") and was created without a backend for the ranks between nodes (create it through "
+                              "torch.distributed with peerlink.torch imported)");
   init();
 }
 
 ProcessGroupPeerlink::~ProcessGroupPeerlink() = default;
 
-std::unique_ptr<Communicator> ProcessGroupPeerlink::make_communicator(const at::Device& device, int index) {
+std::unique_ptr<GroupComm> ProcessGroupPeerlink::make_communicator(const at::Device& device, int index) {
   const std::string key = prefix_ + (device.is_cpu() ? "uid/host" : "uid/cuda");
   std::string uid;
   if (getRank() == 0) {
@@ -63,7 +62,21 @@ std::unique_ptr<Communicator> ProcessGroupPeerlink::make_communicator(const at::
   if (!device.is_cpu()) guard.emplace(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index)));
   // A first call inside a graph capture (global mode) may set up here: allocations are legal then.
   device::RelaxedCaptureScope relaxed;
-  return std::make_unique<Communicator>(uid, getRank(), getSize(), index, opts);
+  if (nodes_.nodes() == 1)
+    return make_node_group_comm(std::make_unique<Communicator>(uid, getRank(), getSize(), index, opts));
+  HierGroupSetup hs;
+  hs.store = store_;
+  hs.prefix = c10::str(prefix_, device.is_cpu() ? "hier/host/" : "hier/cuda/");
+  hs.job_id = uid;
+  hs.rank = getRank();
+  hs.size = getSize();
+  hs.device = device.is_cpu() ? c10::Device(c10::DeviceType::CPU)
+                              : c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index));
+  hs.device_index = index;
+  hs.nodes = nodes_;
+  hs.opts = opts;
+  hs.make_backend = cfg_.make_backend;
+  return make_hier_group_comm(std::move(hs));
 }
 
 std::shared_ptr<DeviceComm> ProcessGroupPeerlink::comm_for(const at::Device& device, const char* what) {

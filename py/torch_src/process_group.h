@@ -2,9 +2,11 @@
 //
 // One peerlink communicator per device kind the group's tensors live on (its CUDA device, and the
 // host backend for CPU tensors), created by the group's first call on that kind: rank 0 makes a
-// unique id and shares it through the group's store, as ProcessGroupNCCL shares NCCL's. Calls on
-// CUDA tensors are stream-ordered (device_comm.h, work.h); on CPU tensors they run on the host
-// backend before returning. Dtypes and reduce ops: dtype_route.h.
+// unique id and shares it through the group's store, as ProcessGroupNCCL shares NCCL's. A group
+// whose ranks run on several nodes (host identities exchanged at creation) gets a multi-node
+// communicator instead: peerlink inside each node, torch backends between nodes (group_comm.h).
+// Calls on CUDA tensors are stream-ordered (device_comm.h, work.h); on CPU tensors they run on the
+// host backend before returning. Dtypes and reduce ops: dtype_route.h.
 #pragma once
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -31,6 +33,7 @@ class ProcessGroupPeerlink : public c10d::Backend {
     std::string host_id;                          // this process's host identity (node_map.h)
     std::string uid_prefix = "pt";                // start of the communicators' unique ids (SHM names)
     std::chrono::milliseconds timeout{60000};     // Options::timeout of the group's communicators
+    BackendMaker make_backend;                    // between nodes (group_comm.h); empty: one node only
   };
   // Collective over the group (exchanges host identities through the store).
   ProcessGroupPeerlink(c10::intrusive_ptr<c10d::Store> store, int rank, int size, Config cfg);
@@ -94,7 +97,7 @@ class ProcessGroupPeerlink : public c10d::Backend {
  private:
   // The communicator of a device kind, created by its first call (collective over the group).
   std::shared_ptr<DeviceComm> comm_for(const at::Device& device, const char* what);
-  std::unique_ptr<Communicator> make_communicator(const at::Device& device, int device_index);
+  std::unique_ptr<GroupComm> make_communicator(const at::Device& device, int device_index);
   // Runs body on a launch of device's communicator and wraps it in a Work. keep: tensors an
   // asynchronous call must keep alive (inputs, scratch); outputs: Work::result and the future's value.
   c10::intrusive_ptr<c10d::Work> run(const char* what, c10d::OpType type, const at::Device& device, bool async,

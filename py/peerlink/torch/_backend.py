@@ -39,6 +39,26 @@ def _timeout_ms(timeout) -> int:
     return 60000
 
 
+def _engine_backend(timeout):
+    """The maker of the torch backends a group spanning nodes runs between its nodes:
+    ProcessGroupNCCL (the real NCCL) for CUDA tensors, gloo for CPU tensors, over the ranks that meet
+    through `store` (a prefix of the group's store)."""
+    if not isinstance(timeout, datetime.timedelta):
+        timeout = datetime.timedelta(milliseconds=60000)
+
+    def make(store, rank, size, device):
+        if device == "cuda":
+            if not dist.is_nccl_available():
+                raise RuntimeError("peerlink: a CUDA group spanning nodes needs torch's NCCL between nodes, "
+                                   "and this torch has none")
+            nccl_opts = dist.ProcessGroupNCCL.Options()
+            nccl_opts._timeout = timeout
+            return dist.ProcessGroupNCCL(store, rank, size, nccl_opts)
+        return dist.ProcessGroupGloo(store, rank, size, timeout)
+
+    return make
+
+
 def _create(opts, backend_options=None):
     """c10d's extended creator API: opts is a _DistributedBackendOptions."""
     if backend_options is not None:
@@ -49,7 +69,7 @@ def _create(opts, backend_options=None):
     # leak check (scripts/check_shm_clean.sh) looks for.
     prefix = os.environ.get("PEERLINK_TEST_RUN") or "pt"
     return _C.ProcessGroupPeerlink(opts.store, opts.group_rank, opts.group_size, str(opts.group_id), host_id(),
-                                   _timeout_ms(opts.timeout), prefix)
+                                   _timeout_ms(opts.timeout), prefix, _engine_backend(opts.timeout))
 
 
 def register_backend() -> None:
