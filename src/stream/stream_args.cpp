@@ -6,7 +6,6 @@
 // publication is known: send_pub maps the destination before it binds the peer's area.
 #include "common/format.h"
 #include "common/log.h"
-#include "gpu/runtime.h"
 #include "peerlink/errors.h"
 #include "stream/stream_p2p.h"
 #include "transport/services.h"
@@ -15,34 +14,18 @@ namespace peerlink::detail {
 
 using namespace peerlink::stream;
 
-namespace {
-// GPU: the kernels read and write any device-accessible memory of this device.
-void check_device_memory(bool host, const void* p, size_t len, const char* what, int peer) {
-  if (host || len == 0) return;
-  if (!gpu::is_device_pointer(p))
-    throw InvalidArgument(common::format(
-        "{}{}: {} is not device memory ({} bytes); stream-ordered calls on a GPU communicator take device buffers",
-        what, peer, p, len));
-}
-}  // namespace
-
 void StreamEngine::check_peer_usable(int peer, const char* what) {
-  if (peer < 0 || peer >= world_)
-    throw InvalidArgument(common::format("{}: peer {} is outside [0, {})", what, peer, world_));
-  if (peer == rank_) throw InvalidArgument(common::format("{}: peer {} is this rank itself", what, peer));
-  // The kernels store straight into the peer's memory: a pair without peer access (relay path) has
-  // no stream-ordered path yet. Known from setup, so said before anything waits for the peer.
-  if (!host_ && comm_.path_to(peer) != Path::Direct)
-    throw UnsupportedError(common::format(
-        "stream-ordered send/recv with rank {}: the pair uses the {} path ({}); only direct pairs are supported", peer,
-        to_string(comm_.path_to(peer)), comm_.path_reason(peer)));
+  if (peer < 0 || peer >= state_.world)
+    throw InvalidArgument(common::format("{}: peer {} is outside [0, {})", what, peer, state_.world));
+  if (peer == state_.rank) throw InvalidArgument(common::format("{}: peer {} is this rank itself", what, peer));
+  runner_->check_peer_path(peer, what);  // known from setup, so said before anything waits for the peer
 }
 
 void StreamEngine::check_send_pub(int peer, const void* src, size_t len, uint32_t buf_id, size_t offset,
                                   uint64_t version) {
   check_peer_usable(peer, "send");
   if (!src && len > 0) throw InvalidArgument(common::format("send to rank {}: src is null (len {})", peer, len));
-  check_device_memory(host_, src, len, "send to rank ", peer);
+  runner_->check_buffer(src, len, "send to rank ", peer);
   if (buf_id >= kReservedBufBase)
     throw InvalidArgument(common::format("send to rank {}: buffer id {} is reserved (ids >= {} belong to the library)",
                                          peer, buf_id, kReservedBufBase));
@@ -64,7 +47,7 @@ char* StreamEngine::check_recv_pub(int peer, uint32_t buf_id, size_t offset, siz
   if (offset > SIZE_MAX - len)
     throw InvalidArgument(common::format("recv from rank {}: offset {} + len {} overflows", peer, offset, len));
   char* pub_ptr = nullptr;
-  uint64_t pub_len = comm_.local_published_len(peer, buf_id, &pub_ptr);
+  uint64_t pub_len = state_.comm.local_published_len(peer, buf_id, &pub_ptr);
   if (pub_len == 0)
     throw InvalidArgument(
         common::format("recv from rank {}: unknown buffer id {} (publish it to that peer with notify_ipc_buffer first)",
@@ -75,14 +58,14 @@ char* StreamEngine::check_recv_pub(int peer, uint32_t buf_id, size_t offset, siz
   return pub_ptr;
 }
 
-// NCCL form; peer == rank_ is a self send/recv, matched inside a group (queue_self).
+// NCCL form; peer == this rank is a self send/recv, matched inside a group (queue_self).
 void StreamEngine::check_raw(int peer, const void* buf, size_t len, bool send) {
-  const bool self = peer == rank_;
+  const bool self = peer == state_.rank;
   if (!self) check_peer_usable(peer, send ? "send" : "recv");
   if (!buf && len > 0)
     throw InvalidArgument(common::format("{}{}{}{} is null (len {})", send ? "send to rank " : "recv from rank ", peer,
                                          self ? " (itself)" : "", send ? ": src" : ": dst", len));
-  check_device_memory(host_, buf, len, send ? "send to rank " : "recv from rank ", peer);
+  runner_->check_buffer(buf, len, send ? "send to rank " : "recv from rank ", peer);
 }
 
 }  // namespace peerlink::detail

@@ -17,21 +17,21 @@
 #include <algorithm>
 
 #include "gpu/runtime.h"
+#include "stream/stream_gpu_runner.h"
 #include "stream/stream_launch.h"
-#include "stream/stream_p2p.h"
 
 namespace peerlink::detail {
 
 using namespace peerlink::stream;
 
-bool StreamEngine::ce_eligible(const std::vector<const StreamOp*>& ops) const {
+bool GpuStreamRunner::ce_eligible(const std::vector<const StreamOp*>& ops) const {
   if (ce_min_ == 0 || ops.empty()) return false;
   for (const StreamOp* op : ops)
     if (op->kind != StreamOpKind::SendPub || op->len < ce_min_) return false;
   return true;
 }
 
-void StreamEngine::launch_ce(const StreamLaunch& L, void* stream) {
+void GpuStreamRunner::launch_ce(const StreamLaunch& L, void* stream) {
   // Lanes below 1 MB each would cost more in launches than they gain in parallel copies.
   constexpr size_t kMinLaneBytes = size_t(1) << 20;
   for (int c = 0; c < L.nch; ++c) {

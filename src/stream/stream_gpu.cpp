@@ -1,7 +1,7 @@
-// GPU side of the stream engine, host part: builds one StreamLaunch per stream of a batch and
-// enqueues it (no host synchronization, nothing allocated or copied at enqueue, so the launch can
-// be captured in a graph); reports what the kernels recorded in the host-mapped error word on the
-// next call; keeps the peer mappings a launch writes open until it has finished.
+// GPU runner of the stream engine (stream_gpu_runner.h), its state: geometry and setup, the
+// checks only GPUs need, zero-copy candidates, what the kernels recorded in the host-mapped error
+// word (reported on the next call), and the launches still in flight (their peer mappings stay
+// open until they have finished).
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -10,27 +10,168 @@
 #include "common/log.h"
 #include "gpu/runtime.h"
 #include "peerlink/errors.h"
-#include "stream/stream_gate.h"
+#include "stream/stream_gpu_runner.h"
 #include "stream/stream_launch.h"
-#include "stream/stream_p2p.h"
 #include "stream/stream_zc.h"
 #include "transport/services.h"
 
 namespace peerlink::detail {
 
-static_assert(int(StreamOpKind::LocalCopy) == stream::kChLocalCopy, "a LocalCopy op's channel kind is its op kind");
-
 using namespace peerlink::stream;
+
+namespace {
+// 64 slots of 128 KB per pair (8 MB; 56 MB per rank with 8 ranks). Each NCCL-form chunk is moved by
+// one block (stream_raw_device.h), so the slot count is also how many blocks can write at once: 64
+// blocks keep NVLink saturated (stream_launch.h). 128 KB per block per flag amortizes the per-chunk
+// cost (one system fence + one flag, ~1-2 us) over ~3 us of a block's copy, while the receiver's
+// copy-out (local HBM, several TB/s) and credit return overlap the next chunks. (Was 4 x 1 MB moved
+// by one block: 18 GB/s on 2x H200.)
+constexpr size_t kGpuChunk = 128 << 10, kGpuSlots = 64;
+constexpr bool pow2(size_t x) { return x && (x & (x - 1)) == 0; }
+static_assert(pow2(kGpuChunk) && pow2(kGpuSlots) && pow2(kLLPiece) && pow2(kLLSmallPiece),
+              "the kernels index slots and count chunks with masks and shifts (stream_device.h)");
+static_assert(kGpuSlots <= size_t(kMaxSlots), "slots");
+static_assert(kLLMaxCap <= size_t(kMaxSlots) * kLLPiece, "an LL message fits the NCCL-form slots");
+}  // namespace
+
+std::unique_ptr<StreamRunner> make_gpu_stream_runner(StreamState& state) {
+  return std::make_unique<GpuStreamRunner>(state);
+}
+
+GpuStreamRunner::GpuStreamRunner(StreamState& st) : st_(st) {
+  CommServices& comm = st.comm;
+  const Options& o = comm.options();
+  st.slots = kGpuSlots;
+  st.chunk = kGpuChunk;
+  st.ll_max = round_up(o.stream_ll_max, 8);
+  st.direct_min = o.stream_direct_min;
+  st.direct_ipc_min = o.stream_direct_ipc_min;
+  st.sec_bytes = section_bytes(st.slots, st.chunk, true, st.ll_max);
+  st.area_len = area_bytes(st.world, st.slots, st.chunk, true, st.ll_max);
+  gpu::DeviceGuard dg(comm.device());  // the user's thread keeps its current device
+  error_ = static_cast<uint32_t*>(gpu::host_alloc_mapped(64));
+  try {
+    // Every block of a launch must be resident at once (channels of a group wait on each other
+    // through the peer): one block per multiprocessor fits by construction (stream_kernels.cu).
+    grid_cap_ = std::max(1, gpu::multiprocessor_count(comm.device()));
+    // Options::max_blocks (NCCL's maxCTAs) caps every launch too; a launch still gets one block
+    // per channel (assign_blocks).
+    if (o.max_blocks > 0) grid_cap_ = std::min(grid_cap_, o.max_blocks);
+    channel_blocks_ = o.stream_blocks > 0 ? o.stream_blocks : kMaxChannelBlocks;
+    const int cc = gpu::compute_capability(comm.device());
+    pdl_ = (o.stream_pdl < 0 ? cc >= 90 : o.stream_pdl != 0) && cc >= 90;
+    if (st.direct_ipc_min > 0) zc_ = std::make_unique<StreamZeroCopy>(comm, st.world);
+    ce_min_ = o.stream_ce_min;
+    if (ce_min_ > 0) {  // created now: never while a caller's stream is being captured
+      ce_events_.push_back(gpu::EventOwner::create(comm.device()));
+      for (int l = 1; l < o.stream_ce_lanes; ++l) {
+        ce_lanes_.push_back(gpu::StreamOwner::create(comm.device()));
+        ce_events_.push_back(gpu::EventOwner::create(comm.device()));
+      }
+    }
+  } catch (...) {
+    try {
+      gpu::host_free_mapped(error_);
+    } catch (...) {
+    }
+    throw;
+  }
+}
+
+GpuStreamRunner::~GpuStreamRunner() {
+  try {
+    for (void* e : free_events_) gpu::event_destroy(e);
+    if (error_) gpu::host_free_mapped(error_);
+  } catch (...) {
+  }
+}
+
+void GpuStreamRunner::init_area(const AreaHeader& h) {
+  gpu::DeviceGuard dg(st_.comm.device());
+  gpu::memset_sync(st_.area, 0, st_.area_len);
+  st_.comm.backend().copy_sync(st_.area, &h, sizeof h);
+  gpu::stream_sync(nullptr);  // zeroed before any peer can learn the handle
+}
+
+void GpuStreamRunner::close() noexcept {
+  try {
+    reap_inflight(true);  // no kernel of ours may still touch the area (bounded wait)
+  } catch (...) {
+  }
+  graph_holds_.clear();
+  zc_.reset();  // its mappings of the peers' receive buffers; no kernel of ours runs any more
+}
+
+void GpuStreamRunner::peer_bound(int q, void* base, bool in_process) {
+  if (in_process && gpu::pointer_device(base) == st_.comm.device()) ++gpu_sharers_;
+}
+
+void GpuStreamRunner::check_peer_path(int peer, const char* what) const {
+  // The kernels store straight into the peer's memory: a pair without peer access (relay path) has
+  // no stream-ordered path yet.
+  if (st_.comm.path_to(peer) != Path::Direct)
+    throw UnsupportedError(common::format(
+        "stream-ordered send/recv with rank {}: the pair uses the {} path ({}); only direct pairs are supported", peer,
+        to_string(st_.comm.path_to(peer)), st_.comm.path_reason(peer)));
+}
+
+// The kernels read and write any device-accessible memory of this device.
+void GpuStreamRunner::check_buffer(const void* p, size_t len, const char* what, int peer) const {
+  if (len == 0) return;
+  if (!gpu::is_device_pointer(p))
+    throw InvalidArgument(common::format(
+        "{}{}: {} is not device memory ({} bytes); stream-ordered calls on a GPU communicator take device buffers",
+        what, peer, p, len));
+}
+
+void GpuStreamRunner::prepare_raw(StreamOp& op) {
+  const int peer = op.peer;
+  const size_t len = op.len;
+  if (op.kind == StreamOpKind::SendRaw) {
+    // Between processes: map the receive buffers the peer exported since (stream_zc.h), never inside
+    // a capture (no driver calls that could invalidate it).
+    if (zc_ && !st_.in_process[peer] && is_direct(len, st_.direct_ipc_min, st_.ll_max) &&
+        !gpu::stream_is_capturing(op.stream))
+      zc_->poll(peer);
+    return;
+  }
+  // Zero-copy candidate between ranks of this process: the peer's kernel may write dst itself only
+  // when its GPU reaches it: memory of this rank's device from cudaMalloc (peer access was enabled
+  // when the peer mapped our area, which is on this device). VMM and memory-pool memory carry their
+  // own access lists, and another device's memory may lack peer access: those are staged.
+  if (st_.in_process[peer] && is_direct(len, st_.direct_min, st_.ll_max))
+    op.direct_ok = gpu::pointer_device(op.dst) == st_.comm.device() && gpu::ipc_capable(op.dst);
+  // Between processes: dst's allocation exported to the peer (stream_zc.h); none exported while
+  // capturing (no driver calls that could invalidate the capture).
+  uint64_t zc_off = 0;
+  if (zc_ && !st_.in_process[peer] && is_direct(len, st_.direct_ipc_min, st_.ll_max)) {
+    op.zc_slot = zc_->offer(peer, op.dst, len, !gpu::stream_is_capturing(op.stream), &zc_off);
+    op.offset = zc_off;
+  }
+}
+
+void GpuStreamRunner::add_self_copy(std::vector<StreamOp>& ops, const StreamOp& send, const StreamOp& recv) {
+  StreamOp op;
+  op.kind = StreamOpKind::LocalCopy;
+  op.peer = st_.rank;
+  op.src = send.src;
+  op.dst = recv.dst;
+  op.len = send.len;
+  op.stream = send.stream;
+  ops.push_back(std::move(op));
+}
+
+int GpuStreamRunner::zero_copy_slots_seen(int peer) const { return zc_ ? zc_->seen_count(peer) : 0; }
 
 // The error that error word `w` (non-zero, not a mismatch) names, as an exception. Reads only:
 // the peek of another thread (async_error) and the owner's next call build the same one.
-std::exception_ptr StreamEngine::device_error(uint32_t w) const {
+std::exception_ptr GpuStreamRunner::device_error(uint32_t w) const {
   const uint32_t code = w & 0xff;
   const int peer = int((w >> 8) & 0xffff);
   try {
-    if (peer < 0 || peer >= world_ || peer == rank_)
+    if (peer < 0 || peer >= st_.world || peer == st_.rank)
       throw Error(common::format("stream engine: corrupt error word {}", w));
-    comm_.check_peer_alive(peer);  // PeerLostError when it died
+    st_.comm.check_peer_alive(peer);  // PeerLostError when it died
     if (code == kErrRawLength)
       throw InvalidArgument(
           common::format("recv from rank {} (stream-ordered, NCCL form): the matching send had a different length; the "
@@ -45,7 +186,7 @@ std::exception_ptr StreamEngine::device_error(uint32_t w) const {
       throw TimeoutError(
           common::format("stream-ordered send/recv with rank {}: a device-side wait made no progress within {} ms (the "
                          "peer stalled or never issued the matching call)",
-                         peer, comm_.options().timeout.count()));
+                         peer, st_.comm.options().timeout.count()));
     throw Error(common::format("stream-ordered send/recv with rank {}: protocol violation seen on the device (code {})",
                                peer, code));
   } catch (...) {
@@ -53,11 +194,11 @@ std::exception_ptr StreamEngine::device_error(uint32_t w) const {
   }
 }
 
-void StreamEngine::check_device_error() {
+void GpuStreamRunner::check_device_error() {
   uint32_t w = __atomic_load_n(error_, __ATOMIC_ACQUIRE);
   if (w == 0) return;
   const int peer = int((w >> 8) & 0xffff);
-  if ((w & 0xff) == kErrMismatch && peer >= 0 && peer < world_ && peer != rank_) {
+  if ((w & 0xff) == kErrMismatch && peer >= 0 && peer < st_.world && peer != st_.rank) {
     // The channel stayed in step (the sender wrote nothing, the receiver drained): report, go on.
     __atomic_store_n(error_, 0u, __ATOMIC_RELEASE);
     throw InvalidArgument(
@@ -68,19 +209,19 @@ void StreamEngine::check_device_error() {
   }
   std::exception_ptr e = device_error(w);
   // The kernels of this pair stop at once from now on (its abort word is set): the pair is broken.
-  if (peer >= 0 && peer < world_ && peer != rank_) broken_[peer] = e;
+  if (peer >= 0 && peer < st_.world && peer != st_.rank) st_.broken[peer] = e;
   std::rethrow_exception(e);
 }
 
-void StreamEngine::rethrow_async_error() const {
-  if (host_ || !error_) return;  // the host backend reports every failure at the call itself
+void GpuStreamRunner::rethrow_async_error() const {
+  if (!error_) return;
   uint32_t w = __atomic_load_n(error_, __ATOMIC_ACQUIRE);
   if (w == 0 || (w & 0xff) == kErrMismatch) return;  // a mismatch leaves the pair usable: not asynchronous
   std::rethrow_exception(device_error(w));
 }
 
-void StreamEngine::reap_inflight(bool wait_all) {
-  auto deadline = std::chrono::steady_clock::now() + comm_.options().timeout;
+void GpuStreamRunner::reap_inflight(bool wait_all) {
+  auto deadline = std::chrono::steady_clock::now() + st_.comm.options().timeout;
   size_t i = 0;
   while (i < inflight_.size()) {
     Inflight& f = inflight_[i];
@@ -98,247 +239,6 @@ void StreamEngine::reap_inflight(bool wait_all) {
     free_events_.push_back(f.event);
     inflight_.erase(inflight_.begin() + long(i));  // in launch order, so this is usually the front
   }
-}
-
-// Blocks per channel, by what each has to move in this launch (known here: lengths are not baked
-// into any device state, so a replayed graph moves the same sizes with the same grid):
-//   published send   one block per kPubBytesPerBlock of its largest message (pub_ll_blocks() for an
-//                    LL message: one line per thread), each message split across all
-//                    of them, up to the channel cap;
-//   local copy       one block per kLocalBytesPerBlock of its ops (a send to this rank itself);
-//   published recv   one block (flags only), or pub_ll_blocks() of an LL message when it is the
-//                    channel's only op in the launch (the blocks read and zero their own lines);
-//   NCCL form        one block per staging chunk or LL piece of its messages, up to the cap (blocks
-//                    take whole chunks round robin; more than the chunk count would idle); a
-//                    zero-copy recv counts one (block 0 waits for it, the others skip it); a send
-//                    channel with a zero-copy candidate may take kDirectChannelBlocks; a channel of
-//                    more than two slot rings of staged chunks gets three quarters of the slots;
-// The grid stays within one block per multiprocessor (all resident: stream_launch.h): the largest
-// channels give blocks back until it fits. Recv channels come first in the grid (they post credits
-// and flags that the peer's sends wait for).
-int StreamEngine::channel_blocks_wanted(const StreamLaunch& L, int c) const {
-  const DevChannel& ch = L.ch[c];
-  uint64_t cap = uint64_t(std::max(1, channel_blocks_));
-  bool zc_send = false;  // an NCCL-form send with a zero-copy candidate
-  // Between processes only once a receive buffer of the peer is mapped: a staged run is faster
-  // with fewer blocks (below).
-  const bool zc_likely = ch.direct == kDirectLocal || (ch.direct == kDirectIpc && zc_->bound_any(ch.peer));
-  if (ch.kind == int(StreamOpKind::SendRaw) && zc_likely)
-    for (int i = 0; i < ch.nops; ++i)
-      zc_send |= is_direct(L.ops[ch.first_op + i].len, direct_min_of(ch.direct, direct_min_, direct_ipc_min_), ll_max_);
-  if (zc_send && comm_.options().stream_blocks <= 0) cap = kDirectChannelBlocks;
-  uint64_t w = 1;
-  if (ch.kind == int(StreamOpKind::SendPub)) {
-    uint64_t mx = 0;
-    for (int i = 0; i < ch.nops; ++i) {
-      const uint64_t len = L.ops[ch.first_op + i].len;
-      mx = std::max<uint64_t>(
-          mx, is_ll(len, ll_max_) ? pub_ll_blocks(len) : (len + kPubBytesPerBlock - 1) / kPubBytesPerBlock);
-    }
-    w = mx;
-  } else if (ch.kind == kChLocalCopy) {
-    uint64_t bytes = 0;
-    for (int i = 0; i < ch.nops; ++i) bytes += L.ops[ch.first_op + i].len;
-    w = (bytes + kLocalBytesPerBlock - 1) / kLocalBytesPerBlock;
-  } else if (ch.kind == int(StreamOpKind::RecvPub)) {
-    const uint64_t len = L.ops[ch.first_op].len;
-    if (ch.nops == 1 && is_ll(len, ll_max_)) w = pub_ll_blocks(len);
-  } else {
-    w = 0;
-    for (int i = 0; i < ch.nops; ++i) {
-      const DevOp& op = L.ops[ch.first_op + i];
-      // A zero-copy recv is one block's wait (stream_direct_device.h): its chunks are never staged.
-      // Between processes the kernel decides; one block once a recv found its slot acknowledged
-      // (from then on it always is), else as many as staging needs.
-      const bool zc = (op.flags & kOpDirectOk) || ((op.flags & kOpDirectIpc) && zc_->seen(ch.peer, int(op.buf_id)));
-      w += zc ? 1 : raw_chunks(op.len, chunk_, ll_max_);
-    }
-    // A long run of staged chunks: fewer blocks than slots, so a block can stage its next chunk
-    // in a free slot while its last one is still being copied out (with one block per slot each
-    // waits for its own chunk to come back). Between processes, 128 MB sendrecv / one way, 64 /
-    // 48 / 32 blocks: 449.8 / 413.7, 407.7 / 391.1, 406.0 / 397.2 us; 32 MB 115.3 / 112.0,
-    // 110.6 / 107.8, 109.9 / 106.6; 8 MB 64 blocks best (33.0 / 32.4 against 34.6 / 33.9 with 48)
-    // (2x H200).
-    if (!zc_send && w > 2 * slots_ && comm_.options().stream_blocks <= 0 && cap > slots_ * 3 / 4) cap = slots_ * 3 / 4;
-  }
-  return int(std::max<uint64_t>(1, std::min(w, cap)));
-}
-
-void StreamEngine::assign_blocks(StreamLaunch& L) const {
-  std::vector<int> want(size_t(L.nch), 1);
-  for (int c = 0; c < L.nch; ++c) want[size_t(c)] = channel_blocks_wanted(L, c);
-  int total = 0;
-  for (int w : want) total += w;
-  // Ranks of one process on one GPU (devices 0,0 in the tests) share it: with the whole device per
-  // launch, StreamGpuInPlace.OneProcess (staged grids of up to 96 + 48 blocks on each rank) waited
-  // out its timeout on 2x H100; with half of it each it passes.
-  const int budget = std::max(grid_cap_ / gpu_sharers_, L.nch);
-  while (total > budget) {
-    auto it = std::max_element(want.begin(), want.end());
-    --*it;
-    --total;
-  }
-  int next = 0;
-  for (int pass = 0; pass < 2; ++pass)
-    for (int c = 0; c < L.nch; ++c) {
-      const bool recv = L.ch[c].kind == int(StreamOpKind::RecvPub) || L.ch[c].kind == int(StreamOpKind::RecvRaw);
-      if (recv != (pass == 0)) continue;
-      L.ch[c].first_block = int16_t(next);
-      L.ch[c].nblocks = int16_t(want[size_t(c)]);
-      next += want[size_t(c)];
-    }
-  L.nblocks = next;
-  // Not between ranks that share the GPU: a successor scheduled early under PDL holds multiprocessors
-  // the other rank's blocks need (the collectives' graph replays timed out that way;
-  // coll_state.cpp).
-  L.pdl = pdl_ && gpu_sharers_ == 1 ? 1 : 0;
-  uint64_t largest = 0;
-  bool swap = false;  // an in-place zero-copy send holds two 32 KB units in the registers of kStreamThreads
-  for (int c = 0; c < L.nch; ++c)
-    for (int i = 0; i < L.ch[c].nops; ++i) {
-      largest = std::max(largest, L.ops[L.ch[c].first_op + i].len);
-      swap |= L.ch[c].kind == int(StreamOpKind::SendRaw) && (L.ops[L.ch[c].first_op + i].flags & kOpGateZc);
-    }
-  const int fixed = comm_.options().stream_threads;
-  L.threads = swap ? kStreamThreads : fixed > 0 ? fixed : stream_threads_for(largest);
-}
-
-// One stream's share of a batch: its launch, whether the copy engines take it (stream_ce.cpp), and
-// the peer mappings the launch writes.
-struct StreamEngine::GpuLaunch {
-  void* stream = nullptr;
-  StreamLaunch launch{};
-  bool ce = false;
-  std::vector<std::shared_ptr<void>> holds;
-};
-
-void StreamEngine::run_gpu(std::vector<StreamOp>& ops) {
-  // Group by stream, keeping call order; validate every launch before enqueuing any, so a refused
-  // group moves nothing.
-  std::vector<void*> streams;
-  for (const StreamOp& op : ops)
-    if (std::find(streams.begin(), streams.end(), op.stream) == streams.end()) streams.push_back(op.stream);
-  std::vector<GpuLaunch> batch(streams.size());
-  for (size_t s = 0; s < streams.size(); ++s) plan_launch(ops, streams[s], batch[s]);
-  // Finished launches let go of their mappings; never while capturing (no event queries inside a
-  // capture: with the thread-local capture mode they would invalidate it).
-  bool capturing = false;
-  for (void* st : streams) capturing |= gpu::stream_is_capturing(st);
-  if (!capturing) reap_inflight(false);
-  const int bind_launch = fill_zero_copy(batch, capturing);
-  const int prev = gpu::current_device();
-  if (prev != comm_.device()) gpu::set_device(comm_.device());
-  try {
-    for (size_t s = 0; s < batch.size(); ++s) enqueue_launch(batch[s], int(s) == bind_launch);
-  } catch (...) {
-    if (prev != comm_.device()) gpu::set_device(prev);
-    throw;
-  }
-  if (prev != comm_.device()) gpu::set_device(prev);
-}
-
-// The launch of `stream`'s ops of the batch: the engine's parameters, the ops by channel, then the
-// in-place gates and the grid.
-void StreamEngine::plan_launch(const std::vector<StreamOp>& ops, void* stream, GpuLaunch& b) const {
-  b.stream = stream;
-  StreamLaunch& L = b.launch;
-  L = StreamLaunch{};
-  L.slots = uint32_t(slots_);
-  L.chunk = chunk_;
-  L.timeout_ns = uint64_t(comm_.options().timeout.count()) * 1000000ull;
-  L.error = error_;  // mapped pinned memory: the same address on the device (UVA), as the collectives use it
-  L.acq_load = comm_.options().stream_acquire_load ? 1 : 0;
-  L.ll_max = ll_max_;
-  L.ll_slot = pub_ll_slot_bytes(ll_max_);
-  L.staging_off = staging_offset(true, ll_max_);
-  L.direct_min = direct_min_;
-  L.direct_ipc_min = direct_ipc_min_;
-  std::vector<const StreamOp*> mine;
-  for (const StreamOp& op : ops)
-    if (op.stream == stream) mine.push_back(&op);
-  b.ce = ce_eligible(mine);
-  add_channels(L, mine, b.holds);
-  gate_in_place(L, chunk_, ll_max_);  // before assign_blocks: a staged gated recv takes its chunks' blocks
-  assign_blocks(L);
-}
-
-// Channels in order of first appearance; each channel's ops contiguous, in call order.
-void StreamEngine::add_channels(StreamLaunch& L, const std::vector<const StreamOp*>& mine,
-                                std::vector<std::shared_ptr<void>>& holds) const {
-  int nops = 0;
-  for (size_t i = 0; i < mine.size(); ++i) {
-    const StreamOp& head = *mine[i];
-    bool seen = false;
-    for (int c = 0; c < L.nch; ++c) seen |= L.ch[c].peer == head.peer && L.ch[c].kind == int(head.kind);
-    if (seen) continue;
-    if (L.nch == kMaxLaunchChannels)
-      throw UnsupportedError(common::format(
-          "a group on one stream uses more than {} (peer, direction, form) channels; split it across streams",
-          kMaxLaunchChannels));
-    DevChannel& ch = L.ch[L.nch++];
-    ch.kind = int16_t(head.kind);
-    ch.peer = int16_t(head.peer);
-    ch.first_op = int16_t(nops);
-    const bool self = head.kind == StreamOpKind::LocalCopy;
-    ch.mine = self ? nullptr : this->mine(head.peer);
-    ch.remote = self ? nullptr : remote_[head.peer];
-    const bool raw = head.kind == StreamOpKind::SendRaw || head.kind == StreamOpKind::RecvRaw;
-    ch.direct = !raw ? 0 : in_process_[head.peer] ? kDirectLocal : zc_ ? kDirectIpc : 0;
-    for (size_t j = i; j < mine.size(); ++j) {
-      const StreamOp& op = *mine[j];
-      if (op.peer != head.peer || op.kind != head.kind) continue;
-      if (nops == kMaxLaunchOps)
-        throw UnsupportedError(
-            common::format("a group on one stream holds more than {} operations on a GPU; split it into several groups",
-                           kMaxLaunchOps));
-      DevOp& d = L.ops[nops++];
-      d.src = op.src;
-      d.dst = op.dst;
-      d.len = op.len;
-      d.offset = op.offset;
-      d.buf_id = op.buf_id;
-      d.flags = op.direct_ok ? kOpDirectOk : op.zc_slot >= 0 ? kOpDirectIpc : 0;
-      if (op.zc_slot >= 0) d.buf_id = uint32_t(op.zc_slot);
-      ++ch.nops;
-      if (op.hold) holds.push_back(op.hold);
-    }
-  }
-}
-
-// Zero-copy binds ride on the first launch that is not captured (a replayed bind would only
-// rewrite the same entry) and is a kernel (not the copy-engine path's): returns its index, or -1.
-int StreamEngine::fill_zero_copy(std::vector<GpuLaunch>& batch, bool capturing) const {
-  int bind_launch = -1;
-  for (size_t s = 0; s < batch.size() && zc_; ++s) {
-    const bool binds = !capturing && bind_launch < 0 && !batch[s].ce;
-    if (binds) bind_launch = int(s);
-    zc_->fill(batch[s].launch, remote_, binds);
-  }
-  return bind_launch;
-}
-
-// Enqueues one launch; an eager one keeps its mappings until its event completes (reap_inflight).
-void StreamEngine::enqueue_launch(GpuLaunch& b, bool binds) {
-  if (b.ce) launch_ce(b.launch, b.stream);
-  else launch_stream_batch(b.launch, b.stream);
-  if (binds) zc_->committed(b.launch.nbinds);
-  if (gpu::stream_is_capturing(b.stream)) {
-    // A graph may replay this launch at any time: its mappings stay open with the engine
-    // (once each: captures of the same buffers add nothing).
-    for (auto& h : b.holds)
-      if (std::find(graph_holds_.begin(), graph_holds_.end(), h) == graph_holds_.end()) graph_holds_.push_back(h);
-    return;
-  }
-  Inflight f;
-  if (!free_events_.empty()) {
-    f.event = free_events_.back();
-    free_events_.pop_back();
-  } else {
-    f.event = gpu::event_create();
-  }
-  f.holds = std::move(b.holds);
-  gpu::event_record(f.event, b.stream);
-  inflight_.push_back(std::move(f));
 }
 
 }  // namespace peerlink::detail

@@ -1,4 +1,4 @@
-// What the host side of the stream engine (stream_gpu.cpp) hands to the kernels
+// What the host side of the stream engine (stream_gpu_launch.cpp) hands to the kernels
 // (stream_kernels.cu): one launch per (batch, stream); every channel — a (peer, kind) pair of this
 // rank — gets its own range of blocks [first_block, first_block + nblocks). A published-form send
 // splits each message across its blocks (the last block to finish publishes the ready flag); an

@@ -240,7 +240,7 @@ PL_STREAM_HD inline int log2_pow2(uint64_t m) {
 #endif
 }
 // Chunks of an NCCL-form message: pieces of raw_piece() bytes; one empty chunk when len is 0. The
-// one count that the kernels (stream_raw_device.h), block assignment (stream_gpu.cpp) and the
+// one count that the kernels (stream_raw_device.h), block assignment (stream_gpu_launch.cpp) and the
 // in-place gates (stream_gate.cpp) share.
 PL_STREAM_HD inline uint64_t raw_chunks(uint64_t len, uint64_t chunk, uint64_t ll_max) {
   return len ? (len + raw_piece(len, chunk, ll_max) - 1) >> log2_pow2(raw_piece(len, chunk, ll_max)) : 1;

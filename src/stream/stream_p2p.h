@@ -54,58 +54,26 @@
 // Bad input is rejected when the call is made (InvalidArgument, nothing queued or written); a
 // failure while moving data (timeout, peer lost, protocol violation) breaks the channels of the
 // peers involved: later calls with them rethrow that error.
+// Layout: the engine (this file; stream_p2p.cpp setup and calls, stream_args.cpp checks,
+// stream_group.cpp groups) is the same for both backends and never tests which one it runs on; what
+// differs sits behind StreamRunner (stream_runner.h): the host runner (stream_host.cpp) and the GPU
+// runner (stream_gpu_runner.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <exception>
 #include <memory>
 #include <mutex>
 #include <vector>
 
-#include "gpu/owners.h"
-#include "stream/stream_layout.h"
+#include "stream/stream_runner.h"
 #include "transport/services.h"
-
-namespace peerlink::stream {
-struct StreamLaunch;
-}
 
 namespace peerlink::detail {
 
 class CommServices;
-class StreamZeroCopy;
 
-// LocalCopy: an NCCL-form send to this rank itself matched with its recv in one group
-// (stream_launch.h kChLocalCopy: the batch kernel's blocks copy it beside the other channels).
-enum class StreamOpKind : int { SendPub = 0, RecvPub = 1, SendRaw = 2, RecvRaw = 3, LocalCopy = 6 };
-
-struct StreamOp {
-  StreamOpKind kind = StreamOpKind::SendPub;
-  int peer = -1;
-  const char* src = nullptr;  // sends
-  char* dst = nullptr;        // SendPub: mapped destination in the published buffer; RecvRaw: user buffer;
-                              // RecvPub: this rank's published buffer at offset (LL copy-out)
-  size_t len = 0;
-  uint32_t buf_id = 0;        // published form
-  size_t offset = 0;
-  uint64_t version = 0;
-  void* stream = nullptr;
-  std::shared_ptr<void> hold;  // SendPub: keeps the destination mapping open
-
-  // Host progress (stream_host.cpp).
-  uint64_t seq = 0;          // 1-based message number in its channel
-  uint64_t first_chunk = 0;  // NCCL form: global (0-based) number of its first chunk
-  uint64_t nchunks = 0;
-  uint64_t chunks_done = 0;
-  uint64_t msg_len = 0;      // RecvRaw: the sender's length (differs from len on a mismatch: drained)
-  bool drain = false;        // RecvRaw on a length mismatch: consume the chunks, write nothing
-  bool posted = false;
-  bool done = false;
-  bool direct_ok = false;    // GPU RecvRaw, zero-copy candidate: the peer's GPU may write dst (stream_direct_device.h)
-  int zc_slot = -1;          // GPU RecvRaw from another process: dst's zero-copy slot (offset: into it; stream_zc.h)
-  std::exception_ptr error;  // a mismatch, reported after the whole batch moved
-};
-
+// The calls, their checks, groups and self pairs; data movement and device state belong to the
+// runner of the communicator's backend (stream_runner.h).
 class StreamEngine final : public UpperState {
  public:
   explicit StreamEngine(CommServices& comm);
@@ -130,8 +98,8 @@ class StreamEngine final : public UpperState {
   // Tests: zero-copy slots of peer that this rank's recvs found acknowledged (stream_zc.h).
   int zero_copy_slots_seen(int peer) const;
 
-  size_t chunk_bytes() const { return chunk_; }
-  size_t slots() const { return slots_; }
+  size_t chunk_bytes() const { return state_.chunk; }
+  size_t slots() const { return state_.slots; }
 
  private:
   // Argument checks (stream_args.cpp): everything this rank can check alone, before any setup that
@@ -144,73 +112,10 @@ class StreamEngine final : public UpperState {
   void bind_peer(int peer);
   void submit(StreamOp op);
   void run(std::vector<StreamOp>& ops);
-  void run_host(std::vector<StreamOp>& ops);   // stream_host.cpp
-  void run_gpu(std::vector<StreamOp>& ops);    // stream_gpu.cpp: one kernel per stream, no host wait
-  // Host backend steps (stream_host.cpp). A FIFO channel's state in one pass over the batch: its
-  // earlier ops all done (Open), one of them stuck (Blocked), or a published recv posted, not done.
-  enum class HostChannel : char { Open = 0, Blocked, Posted };
-  void number_host_ops(std::vector<StreamOp>& ops);
-  bool host_recv_pub(StreamOp& op, HostChannel& blk);  // each: whether it moved; op.done when finished
-  bool host_send_pub(StreamOp& op, HostChannel& blk);
-  bool host_send_raw(StreamOp& op, HostChannel& blk);
-  bool host_recv_raw(std::vector<StreamOp>& ops, StreamOp& op, HostChannel& blk);
-  void drain_host_recv(std::vector<StreamOp>& ops, StreamOp& op, uint64_t sender_len);
-  // GPU steps (stream_gpu.cpp): one launch per stream of the batch.
-  struct GpuLaunch;
-  void plan_launch(const std::vector<StreamOp>& ops, void* stream, GpuLaunch& b) const;
-  void add_channels(stream::StreamLaunch& L, const std::vector<const StreamOp*>& mine,
-                    std::vector<std::shared_ptr<void>>& holds) const;
-  int fill_zero_copy(std::vector<GpuLaunch>& batch, bool capturing) const;
-  void enqueue_launch(GpuLaunch& b, bool binds);
-  void check_device_error();                   // stream_gpu.cpp: what earlier kernels recorded
-  std::exception_ptr device_error(uint32_t word) const;  // stream_gpu.cpp: the error a word names
-  void reap_inflight(bool wait_all);
-  void assign_blocks(stream::StreamLaunch& L) const;  // stream_gpu.cpp: grid of one launch
-  int channel_blocks_wanted(const stream::StreamLaunch& L, int c) const;  // before the grid budget
-  bool ce_eligible(const std::vector<const StreamOp*>& ops) const;  // stream_ce.cpp
-  void launch_ce(const stream::StreamLaunch& L, void* stream);      // stream_ce.cpp
   void mark_broken(const std::vector<StreamOp>& ops, std::exception_ptr e);
 
-  stream::PairSection* mine(int q) const { return stream::section(area_, q, sec_bytes_); }
-
-  CommServices& comm_;
-  int rank_ = 0;
-  int world_ = 0;
-  bool host_ = true;
-  size_t slots_ = 0;
-  size_t chunk_ = 0;
-  size_t sec_bytes_ = 0;
-  size_t area_len_ = 0;
-  void* area_ = nullptr;                           // this rank's area
-  std::vector<stream::PairSection*> remote_;       // [q]: section `rank_` of q's area, mapped here
-  std::vector<std::shared_ptr<void>> remote_hold_;
-  std::vector<uint64_t> pub_completed_;            // [q]: published-form recvs from q completed
-  std::vector<std::exception_ptr> broken_;         // [q]: the error that broke the pair's channels
-
-  // GPU only.
-  uint32_t* error_ = nullptr;  // host-mapped error word the kernels write (stream_launch.h)
-  int grid_cap_ = 1;           // most blocks of one launch: the device's multiprocessor count
-  int channel_blocks_ = 1;     // most blocks of one channel (Options::stream_blocks or kMaxChannelBlocks)
-  bool pdl_ = false;           // launch with programmatic dependent launch (Options::stream_pdl)
-  size_t ll_max_ = 0;          // Options::stream_ll_max rounded up to 8 (GPU; 0 on the host backend)
-  size_t ce_min_ = 0;          // Options::stream_ce_min (0: no copy-engine path)
-  size_t direct_min_ = 0;      // Options::stream_direct_min (GPU; 0 on the host backend)
-  size_t direct_ipc_min_ = 0;  // Options::stream_direct_ipc_min (GPU; 0 on the host backend)
-  std::vector<char> in_process_;  // [q]: q is a rank of this process (its area mapped by pointer)
-  // Ranks of this process on this rank's GPU (this one included): their launches must all be
-  // resident at once (a process does not time-slice its own kernels), so each gets a share of the
-  // multiprocessors (assign_blocks).
-  int gpu_sharers_ = 1;
-  std::unique_ptr<StreamZeroCopy> zc_;  // NCCL-form zero-copy between processes (GPU, stream_direct_ipc_min > 0)
-  std::vector<gpu::StreamOwner> ce_lanes_;  // side streams of the copy-engine path (lanes - 1)
-  std::vector<gpu::EventOwner> ce_events_;  // [0] fork, [1 + l] join of side lane l
-  struct Inflight {
-    void* event = nullptr;  // recorded after the launch (eager launches only)
-    std::vector<std::shared_ptr<void>> holds;
-  };
-  std::vector<Inflight> inflight_;
-  std::vector<void*> free_events_;
-  std::vector<std::shared_ptr<void>> graph_holds_;  // mappings a captured launch writes: kept for good
+  StreamState state_;
+  std::unique_ptr<StreamRunner> runner_;  // of the communicator's backend (stream_runner.h)
 
   std::recursive_mutex mu_;  // one batch at a time; guards the group and the counters
   bool in_group_ = false;

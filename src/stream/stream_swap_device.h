@@ -156,7 +156,7 @@ __device__ bool swap_copy(const Ctx& x, const DevOp& op, char* dst, const SwapGa
     }
     return true;
   }
-  if (blockDim.x * kSwapVecs * 16 < kSwapUnit) {  // the host launches kThreads (stream_gpu.cpp)
+  if (blockDim.x * kSwapVecs * 16 < kSwapUnit) {  // the host launches kThreads (stream_gpu_launch.cpp)
     if (threadIdx.x == 0) {
       record_error(x, kErrProtocol);
       abort_pair(x);
