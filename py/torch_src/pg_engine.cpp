@@ -41,6 +41,15 @@ class PgEngine final : public InterNodeEngine {
  public:
   PgEngine(PgEngineSetup setup, c10::intrusive_ptr<c10d::Backend> pg)
       : s_(std::move(setup)), pg_(std::move(pg)), native_(pg_->getBackendName() == "nccl") {}
+  // A backend left without shutdown warns and aborts its communicators at destruction.
+  ~PgEngine() override {
+    try {
+      pg_->shutdown();
+    } catch (...) {  // a destructor reports nothing; the communicators go with the backend
+    }
+  }
+  PgEngine(const PgEngine&) = delete;
+  PgEngine& operator=(const PgEngine&) = delete;
 
   int rank() const override { return pg_->getRank(); }
   int size() const override { return pg_->getSize(); }
