@@ -48,7 +48,7 @@ def values(n, dtype, rank, salt=0):
 
 
 def same(got, want, what):
-    got = got.detach().cpu()
+    got, want = got.detach().cpu(), want.detach().cpu()
     assert got.dtype == want.dtype and got.shape == want.shape, f"{what}: {got.dtype} {tuple(got.shape)}, want {want.dtype} {tuple(want.shape)}"
     if want.dtype.is_floating_point and want.dtype.itemsize == 1:  # fp8: compare bits
         got, want = got.view(torch.uint8), want.view(torch.uint8)

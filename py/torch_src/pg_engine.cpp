@@ -199,13 +199,15 @@ class PgEngine final : public InterNodeEngine {
   int exchanges_ = 0, splits_ = 0, shrinks_ = 0;
 };
 
-// NCCL: one coalesced block (its Work covers every op); gloo: each op's Work, all issued before any
-// is waited for, so no pattern deadlocks.
+// NCCL: one coalesced block, even for one op (its Work covers every op, and it runs on the
+// group's communicator: an unbatched send/recv would make ProcessGroupNCCL create a 2-rank
+// communicator, which waited forever on simulated nodes on one H100); gloo: each op's Work, all
+// issued before any is waited for, so no pattern deadlocks.
 void PgEngine::flush() {
   std::vector<P2p> ops;
   ops.swap(pending_);
   if (ops.empty()) return;
-  const bool block = native_ && ops.size() > 1;
+  const bool block = native_;
   if (block) pg_->startCoalescing();
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   for (P2p& o : ops) {
