@@ -61,3 +61,17 @@ def test_gpu_failure_raises_within_the_timeout(case):
     assert seconds < 3.0 + 10.0, (seconds, text)
     assert "timeout" in text or "peer lost" in text, text
 
+
+
+# A default group spanning two simulated nodes of two ranks on cuda:0 (PEERLINK_HOSTID per node,
+# NCCL_HOSTID per rank): peerlink inside each node, ProcessGroupNCCL between them over loopback; the
+# two-level plans at every size.
+NODE_CHECKS = ["node_map", "allreduce_matrix", "all_gather_into_tensor", "reduce_scatter", "broadcast", "all_to_all",
+               "send_recv", "async_work_and_future"]
+
+
+def test_gpu_group_spanning_nodes():
+    results = run_checks(NODE_CHECKS, "cuda:peerlink,cpu:gloo", device=DEVICE, world=4, per_node=2, timeout=300,
+                         env={"PEERLINK_HIER_MIN_BYTES": "1", "NCCL_SOCKET_IFNAME": "lo", "NCCL_IB_DISABLE": "1"})
+    failed = {name: text for name, (text, _) in results.items() if text is not None}
+    assert not failed, "\n".join(f"{name}: {text}" for name, text in failed.items())
