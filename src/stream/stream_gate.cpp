@@ -6,7 +6,7 @@
 #include "common/format.h"
 #include "common/log.h"
 #include "peerlink/errors.h"
-#include "stream/stream_p2p.h"
+#include "stream/stream_runner.h"  // StreamOpKind
 
 namespace peerlink::stream {
 
