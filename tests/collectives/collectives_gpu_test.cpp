@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <memory>
 #include <sstream>
 #include <vector>
 
@@ -224,6 +225,86 @@ TEST(CollectivesGpu, SanitizerSmall) {
       }
       gpu::stream_destroy(s);
     }
+  }, std::chrono::milliseconds(300000));
+  EXPECT_EQ(fail, "");
+}
+
+// A captured all_gather + reduce_scatter replayed with eager calls of the same collectives on the
+// communicator between the replays, on another stream, ordered by events only (no host wait in
+// between): eager launches and replays share the device-side step counters and must stay in step.
+// torch.compile(mode="reduce-overhead") produces this pattern: an eager reference call, then a replay.
+TEST(CollectivesGpu, EagerCallsBetweenGraphReplays) {
+  REQUIRE_GPUS();
+  const std::vector<int> devs = gpu_test_devices();
+  const int world = int(devs.size());
+  std::string uid = unique_test_id("gco-mixed");
+  std::string fail = run_ranks(world, [&](int rank) {
+    gpu::set_device(devs[rank]);
+    Communicator comm(uid, rank, world, devs[rank], opts(""));
+    gpu::Stream cap = gpu::stream_create(), eager = gpu::stream_create();
+    gpu::Event ev = gpu::event_create();
+    constexpr int kReps = 6;
+    const size_t n = 257, b = n * 4, wb = world * b;  // LL-line sizes
+    auto val = [](int rep, int kind, int r, size_t i) { return int32_t((rep * 97 + kind * 31 + r * 13 + int(i)) % 1009 + 1); };
+    Mem mem = device_mem(comm, cap);
+    // Per repetition: inputs staged up front (graph: kind 0 and 1, eager: kind 2 and 3), outputs kept.
+    std::vector<int32_t> h(kReps * world * n);
+    auto staged = [&](int kind, size_t count) {
+      auto buf = std::make_unique<Buf>(mem, kReps * count * 4, 0);
+      for (int rep = 0; rep < kReps; ++rep)
+        for (size_t i = 0; i < count; ++i) h[rep * count + i] = val(rep, kind, rank, i);
+      mem.put(buf->p, h.data(), kReps * count * 4);
+      return buf;
+    };
+    auto g_ag_in = staged(0, n), g_rs_in = staged(1, world * n), e_ag_in = staged(2, n), e_rs_in = staged(3, world * n);
+    Buf g_ag(mem, wb, 0), g_rs(mem, b, 0), g_ag_src(mem, b, 0), g_rs_src(mem, wb, 0);
+    Buf keep_ag(mem, kReps * wb, 0), keep_rs(mem, kReps * b, 0), e_ag(mem, kReps * wb, 0), e_rs(mem, kReps * b, 0);
+    auto body = [&] {
+      peerlink::all_gather(comm, g_ag_src.p, g_ag.p, n, DataType::I32, cap);
+      peerlink::reduce_scatter(comm, g_rs_src.p, g_rs.p, n, DataType::I32, ReduceOp::Sum, cap);
+    };
+    body();  // first use sets the collectives up (outside the capture)
+    mem.sync();
+    gpu::stream_begin_capture(cap);
+    body();
+    gpu::GraphExec g = gpu::stream_end_capture(cap);
+    for (int rep = 0; rep < kReps; ++rep) {
+      gpu::event_record(ev, cap);
+      gpu::stream_wait_event(eager, ev);
+      peerlink::all_gather(comm, e_ag_in->at(rep * b), e_ag.at(rep * wb), n, DataType::I32, eager);
+      peerlink::reduce_scatter(comm, e_rs_in->at(rep * wb), e_rs.at(rep * b), n, DataType::I32, ReduceOp::Sum, eager);
+      gpu::event_record(ev, eager);
+      gpu::stream_wait_event(cap, ev);
+      gpu::memcpy_async(g_ag_src.p, g_ag_in->at(rep * b), b, cap);
+      gpu::memcpy_async(g_rs_src.p, g_rs_in->at(rep * wb), wb, cap);
+      gpu::graph_launch(g, cap);
+      gpu::memcpy_async(keep_ag.at(rep * wb), g_ag.p, wb, cap);
+      gpu::memcpy_async(keep_rs.at(rep * b), g_rs.p, b, cap);
+    }
+    mem.sync();
+    gpu::stream_sync(eager);
+    std::vector<int32_t> out(kReps * world * n);
+    auto check = [&](const Buf& got, int kind, bool gathered, const char* what) {
+      const size_t per = gathered ? world * n : n;
+      mem.get(out.data(), got.p, kReps * per * 4);
+      for (int rep = 0; rep < kReps; ++rep)
+        for (size_t i = 0; i < per; ++i) {
+          int32_t want = 0;
+          if (gathered) want = val(rep, kind, int(i / n), i % n);
+          else
+            for (int r = 0; r < world; ++r) want += val(rep, kind, r, rank * n + i);
+          MP_CHECK_MSG(out[rep * per + i] == want, what << " repetition " << rep << " element " << i << ": "
+                                                        << out[rep * per + i] << ", expected " << want);
+        }
+    };
+    check(keep_ag, 0, true, "replayed all_gather");
+    check(keep_rs, 1, false, "replayed reduce_scatter");
+    check(e_ag, 2, true, "eager all_gather");
+    check(e_rs, 3, false, "eager reduce_scatter");
+    gpu::graph_destroy(g);
+    gpu::event_destroy(ev);
+    gpu::stream_destroy(eager);
+    gpu::stream_destroy(cap);
   }, std::chrono::milliseconds(300000));
   EXPECT_EQ(fail, "");
 }
