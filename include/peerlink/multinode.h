@@ -109,6 +109,15 @@ class InterNodeEngine {
   virtual void revoke() {}          // later operations fail (ncclCommRevoke)
 };
 
+// A split's membership, the same on every member: each member's (color, key) gathered through
+// engine.exchange() (collective over the engine's members, kNoColor included), the members of
+// `color` ordered by (key, rank). Throws InvalidArgument for a negative color other than kNoColor.
+struct SplitMembers {
+  std::vector<int> members;  // engine ranks of the new group, in the order of their new ranks
+  int rank = -1;             // this member's new rank; -1 with kNoColor
+};
+SplitMembers split_members(InterNodeEngine& engine, int color, int key);
+
 // The host backend's stand-in: a peerlink host Communicator named `id` among `size` processes of
 // this machine (ids that are not node-scoped), running peerlink's host collectives and send/recv.
 // Collective: every member constructs it with the same id. At most 8 members for reductions.

@@ -6,7 +6,6 @@
 #include <c10/util/StringUtil.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
-#include <algorithm>
 #include <cstring>
 
 #include "peerlink/errors.h"
@@ -223,20 +222,12 @@ void PgEngine::flush() {
 }
 
 std::unique_ptr<InterNodeEngine> PgEngine::split(int color, int key) {
-  if (color < 0 && color != kNoColor) throw InvalidArgument(c10::str("torch engine split: color ", color));
-  int32_t mine[2] = {color, key};
-  std::vector<int32_t> all(2 * static_cast<size_t>(size()));
-  exchange(mine, sizeof mine, all.data());
+  SplitMembers m = split_members(*this, color, key);
   const int n = splits_++;
   if (color == kNoColor) return nullptr;
-  std::vector<int> members;
-  for (int q = 0; q < size(); ++q)
-    if (all[2 * q] == color) members.push_back(q);
-  std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
-  const int r = static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
   PgEngineSetup child = s_;
   child.prefix = c10::str(s_.prefix, "s", n, "c", color, "/");
-  return make_pg_engine(child, r, static_cast<int>(members.size()));
+  return make_pg_engine(child, m.rank, static_cast<int>(m.members.size()));
 }
 
 std::unique_ptr<InterNodeEngine> PgEngine::shrink(const std::vector<int>& excluded) {

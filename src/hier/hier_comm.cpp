@@ -162,14 +162,9 @@ HierCommunicator::Child HierCommunicator::split(int color, int key, const Option
   Impl& p = *impl_;
   if (color < 0 && color != kNoColor)
     throw InvalidArgument(common::format("HierCommunicator::split: color {} is negative", color));
-  int32_t mine[2] = {color, key};
-  std::vector<int32_t> all(2 * static_cast<size_t>(p.nranks));
-  p.world->exchange(mine, sizeof mine, all.data());
+  const SplitMembers split = split_members(*p.world, color, key);
+  const std::vector<int>& members = split.members;
   const int n = p.splits++;
-  std::vector<int> members;
-  for (int r = 0; r < p.nranks; ++r)
-    if (color != kNoColor && all[2 * r] == color) members.push_back(r);
-  std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
   Child child;
   std::unique_ptr<Impl> c;
   std::string err;
@@ -177,7 +172,7 @@ HierCommunicator::Child HierCommunicator::split(int color, int key, const Option
   if (color != kNoColor) {
     child.job_id = common::format("{}.s{}c{}", p.job_id, n, color);
     child.nranks = static_cast<int>(members.size());
-    child.rank = static_cast<int>(std::find(members.begin(), members.end(), p.rank) - members.begin());
+    child.rank = split.rank;
     try {
       NodeMap cmap = p.map.subset(members);
       if (cmap.nodes() == 1) {

@@ -75,18 +75,11 @@ class HostEngine : public InterNodeEngine {
   }
 
   std::unique_ptr<InterNodeEngine> split(int color, int key) override {
-    if (color < 0 && color != kNoColor) throw InvalidArgument(common::format("stand-in split: color {}", color));
-    int32_t mine[2] = {color, key};
-    std::vector<int32_t> all(2 * static_cast<size_t>(size()));
-    exchange(mine, sizeof mine, all.data());
-    int n = splits_++;
+    SplitMembers m = split_members(*this, color, key);
+    const int n = splits_++;
     if (color == kNoColor) return nullptr;
-    std::vector<int> members;
-    for (int q = 0; q < size(); ++q)
-      if (all[2 * q] == color) members.push_back(q);
-    std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
-    int r = static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
-    return make_host_engine(common::format("{}.s{}c{}", id_, n, color), r, static_cast<int>(members.size()), opts_);
+    return make_host_engine(common::format("{}.s{}c{}", id_, n, color), m.rank, static_cast<int>(m.members.size()),
+                            opts_);
   }
 
   std::unique_ptr<InterNodeEngine> shrink(const std::vector<int>& excluded) override {
