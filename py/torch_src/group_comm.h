@@ -69,8 +69,7 @@ struct HierGroupSetup {
   std::string prefix;                     // this communicator's keys in it
   std::string job_id;                     // the communicator's unique id (node communicators derive theirs)
   int rank = 0, size = 0;
-  c10::Device device{c10::DeviceType::CPU};
-  int device_index = kHostDevice;
+  c10::Device device{c10::DeviceType::CPU};  // CPU: the host backend
   NodeMap nodes;                          // from the group's creation
   Options opts;
   BackendMaker make_backend;

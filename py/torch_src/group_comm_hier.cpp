@@ -134,7 +134,7 @@ std::unique_ptr<GroupComm> make_hier_group_comm(HierGroupSetup setup) {
   HierSetup hs;
   hs.rank = setup.rank;
   hs.nranks = setup.size;
-  hs.device = setup.device_index;
+  hs.device = setup.device.is_cpu() ? kHostDevice : setup.device.index();
   hs.job_id = setup.job_id;
   hs.opts = setup.opts;
   StoreMeeting meeting(setup);

@@ -72,7 +72,6 @@ std::unique_ptr<GroupComm> ProcessGroupPeerlink::make_communicator(const at::Dev
   hs.size = getSize();
   hs.device = device.is_cpu() ? c10::Device(c10::DeviceType::CPU)
                               : c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index));
-  hs.device_index = index;
   hs.nodes = nodes_;
   hs.opts = opts;
   hs.make_backend = cfg_.make_backend;
